@@ -1,0 +1,1 @@
+"""Benchmarks: commands that print figures, peers measured in the same process."""

@@ -1,0 +1,156 @@
+"""`kaname` command line. Bad input exits with 2 and one line on stderr naming the problem."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .errors import ConstraintError, KanameError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _one_line(message: str) -> str:
+    lines = [ln.strip() for ln in str(message).splitlines()]
+    return " ".join(ln for ln in lines if ln and not set(ln) <= set("^| "))
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"kaname: error: {_one_line(message)}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _read_json(arg: str, what: str) -> Any:
+    """A JSON value given inline or as a file path."""
+    text = arg
+    if not arg.lstrip().startswith(("{", "[")):
+        path = Path(arg)
+        if not path.is_file():
+            _fail(f"{what}: no such file: {arg}")
+        text = path.read_text()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        _fail(f"{what}: invalid JSON: {e}")
+
+
+def load_runtime(model: str, seed: int | None = None):  # type: ignore[no-untyped-def]
+    """`default`, `random`, `adversarial` or a path to a .gguf file."""
+    from .runtimes import llamacpp
+    from .runtimes.random_logits import AdversarialRuntime, RandomLogitsRuntime
+
+    if model == "default":
+        return llamacpp.LlamaCppRuntime.default()
+    if model in ("random", "adversarial"):
+        vocab = llamacpp.default_vocab()
+        cls = RandomLogitsRuntime if model == "random" else AdversarialRuntime
+        return cls(vocab.tokenizer, seed=seed or 0, eos_token_ids=vocab.eos_token_ids,
+                   bos_token_id=vocab.bos_token_id)
+    path = Path(model)
+    if not path.is_file():
+        _fail(f"--model: expected default, random, adversarial or a .gguf file, got {model!r}")
+    return llamacpp.LlamaCppRuntime(path)
+
+
+def _constraint(args: argparse.Namespace) -> Any:
+    given = [a for a in ("json_schema", "response_format", "regex", "grammar", "choice")
+             if getattr(args, a)]
+    if len(given) > 1:
+        _fail("give at most one of --json-schema, --response-format, --regex, --grammar, "
+              "--choice")
+    if args.json_schema:
+        return {"type": "json_schema",
+                "json_schema": {"name": "cli", "schema": _read_json(args.json_schema,
+                                                                     "--json-schema"),
+                                "strict": True}}
+    if args.response_format:
+        return _read_json(args.response_format, "--response-format")
+    if args.regex:
+        return {"type": "regex", "regex": args.regex}
+    if args.grammar:
+        path = Path(args.grammar)
+        if not path.is_file():
+            _fail(f"--grammar: no such file: {args.grammar}")
+        return {"type": "grammar", "grammar": path.read_text()}
+    if args.choice:
+        return {"type": "choice", "choice": args.choice}
+    return None
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .engine import Engine
+    from .grammar import to_constraint
+
+    try:
+        constraint = to_constraint(_constraint(args))
+        if args.max_tokens < 1:
+            _fail("--max-tokens must be >= 1")
+        engine = Engine(load_runtime(args.model, args.seed))
+        result = engine.generate(args.prompt, constraint, max_tokens=args.max_tokens,
+                                 temperature=args.temperature, seed=args.seed)
+    except (ConstraintError, ValueError) as e:
+        _fail(str(e))
+    except KanameError as e:
+        print(f"kaname: error: {_one_line(str(e))}", file=sys.stderr)
+        return 1
+    if args.json:
+        out = result.to_json()
+        print(json.dumps({k: out[k] for k in ("text", "finish_reason", "usage", "valid")},
+                         ensure_ascii=False))
+    else:
+        print(result.text)
+        u = result.usage
+        print(f"[finish={result.finish_reason} valid={result.valid} "
+              f"tokens={u.completion_tokens} forced={u.forced_tokens}]", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import engine_bench
+
+    if args.suite == "engine":
+        return engine_bench.main(quick=args.quick, as_json=args.json)
+    _fail(f"unknown benchmark {args.suite!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kaname", description="Constrained decoding: output valid by construction.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="generate text under a constraint")
+    g.add_argument("prompt", help="prompt text (raw completion, no chat template)")
+    g.add_argument("--model", default="default",
+                   help="default (embedded Gemma 3 270M), random, adversarial or PATH.gguf")
+    g.add_argument("--json-schema", metavar="FILE", help="JSON Schema file (strict)")
+    g.add_argument("--response-format", metavar="FILE_OR_JSON",
+                   help="OpenAI response_format object, inline JSON or a file")
+    g.add_argument("--regex", metavar="R", help="regular expression the output must match")
+    g.add_argument("--grammar", metavar="FILE.lark", help="Lark grammar (llguidance dialect)")
+    g.add_argument("--choice", action="append", metavar="TEXT", help="an allowed output; repeat")
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--max-tokens", type=int, default=256)
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(func=cmd_generate)
+
+    b = sub.add_parser("bench", help="run a benchmark and print its figures")
+    b.add_argument("suite", choices=["engine"])
+    b.add_argument("--quick", action="store_true", help="small inputs (smoke run)")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

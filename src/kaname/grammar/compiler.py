@@ -1,0 +1,287 @@
+"""Compiling a constraint into one llguidance grammar, with errors that say what to fix.
+
+The compiler is tokenizer-bound: a grammar is only accepted once llguidance built a matcher
+for it on this vocabulary, so special-token names and parser limits are checked up front.
+Compiled results live in a bounded LRU keyed by the canonical constraint and the guards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import llguidance as llg
+
+from ..errors import (
+    ConstraintError,
+    GrammarTooComplexError,
+    InvalidGrammarError,
+    InvalidRegexError,
+    InvalidSchemaError,
+    UnsupportedSchemaError,
+)
+from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex, Text
+from .guards import Guards, apply_guards, whitespace_options
+from .schema_walk import escape, format_pointers, keyword_pointers
+
+# A bounded "any JSON value" so json_object mode gets the number guards too.
+_ANY_REF = {"$ref": "#/$defs/kaname_any"}
+_JSON_OBJECT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": _ANY_REF,
+    "$defs": {
+        "kaname_any": {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "boolean"},
+                {"type": "number"},
+                {"type": "string"},
+                {"type": "array", "items": _ANY_REF},
+                {"type": "object", "additionalProperties": _ANY_REF},
+            ]
+        }
+    },
+}
+
+_UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
+_UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+_TOO_COMPLEX = ("too complex", "fuel", "limit", "TooComplex", "too many", "too large")
+
+
+@dataclass(frozen=True)
+class NotEnforced:
+    """A schema keyword the grammar does not enforce (strict=False); the post-check covers it."""
+
+    keyword: str
+    pointer: str
+
+
+@dataclass
+class CompiledConstraint:
+    """A constraint ready for decoding: its grammar, a pristine matcher, and what it enforces."""
+
+    constraint: Constraint
+    grammar: str
+    grammar_hash: str
+    matcher: llg.LLMatcher
+    schema: Any = None  # the user's schema, for the jsonschema post-check
+    not_enforced: tuple[NotEnforced, ...] = ()
+    caps: dict[str, Any] = field(default_factory=dict)
+    _validator: Any = None
+
+    @property
+    def is_json(self) -> bool:
+        return isinstance(self.constraint, JsonSchema | JsonObject)
+
+    def new_matcher(self) -> llg.LLMatcher:
+        return self.matcher.deep_copy()
+
+    def validate(self, text: str) -> bool | None:
+        """Independent post-check: jsonschema for JSON constraints, None for the others."""
+        if not self.is_json:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return False
+        if isinstance(self.constraint, JsonObject):
+            return isinstance(value, dict)
+        if self._validator is None:
+            cls = jsonschema.validators.validator_for(self.schema)
+            self._validator = cls(self.schema, format_checker=cls.FORMAT_CHECKER)
+        return bool(self._validator.is_valid(value))
+
+
+def default_limits() -> llg.LLParserLimits:
+    """llguidance's limits, without echoing the grammar into error messages."""
+    return llg.LLParserLimits(verbose_errors=False)
+
+
+class GrammarCompiler:
+    """Turns constraints into matchers for one tokenizer; thread-safe, with an LRU cache."""
+
+    def __init__(self, tokenizer: llg.LLTokenizer, *, guards: Guards | None = None,
+                 cache_size: int = 256, limits: llg.LLParserLimits | None = None):
+        self.tokenizer = tokenizer
+        self.guards = guards or Guards()
+        self.limits = limits or default_limits()
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, CompiledConstraint] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def compile(self, constraint: Any, *, guards: Guards | None = None) -> CompiledConstraint:
+        from .constraints import to_constraint
+
+        c = to_constraint(constraint)
+        g = guards or self.guards
+        key = _cache_key(c, g)
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self.hits += 1
+                return hit
+            self.misses += 1
+        compiled = self._compile(c, g)
+        with self._lock:
+            self._cache[key] = compiled
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return compiled
+
+    def _compile(self, c: Constraint, g: Guards) -> CompiledConstraint:
+        if isinstance(c, JsonSchema | JsonObject):
+            return self._compile_json(c, g)
+        if isinstance(c, Regex):
+            grammar = llg.LLMatcher.grammar_from_regex(c.pattern)
+            return self._finish(c, grammar, InvalidRegexError, "regex")
+        if isinstance(c, Lark):
+            grammar = llg.LLMatcher.grammar_from_lark(c.grammar)
+            return self._finish(c, grammar, InvalidGrammarError, "Lark grammar")
+        if isinstance(c, Choice):
+            if not c.options or not all(isinstance(o, str) for o in c.options):
+                raise InvalidGrammarError("choice needs a non-empty list of strings")
+            # JSON string literals are valid llguidance Lark literals (escapes included).
+            lark = "start: " + " | ".join(json.dumps(o) for o in c.options)
+            return self._finish(c, llg.LLMatcher.grammar_from_lark(lark), InvalidGrammarError,
+                                "choice")
+        if isinstance(c, Text):
+            return self._finish(c, llg.LLMatcher.grammar_from_lark("start: /(?s:.*)/"),
+                                InvalidGrammarError, "text")
+        raise ConstraintError(f"unknown constraint {c!r}")  # pragma: no cover
+
+    def _compile_json(self, c: JsonSchema | JsonObject, g: Guards) -> CompiledConstraint:
+        if isinstance(c, JsonObject):
+            user_schema: Any = {"type": "object"}
+            schema: Any = _JSON_OBJECT_SCHEMA
+            strict = True
+        else:
+            user_schema = schema = _plain(c.schema)
+            strict = c.strict
+            _check_metaschema(user_schema)
+        guarded = apply_guards(schema, g)
+        options: dict[str, Any] = {**whitespace_options(g), "lenient": not strict}
+        if not strict:
+            options["coerce_one_of"] = True
+        try:
+            grammar = llg.LLMatcher.grammar_from_json_schema(
+                guarded.schema if not isinstance(guarded.schema, bool) else
+                ({} if guarded.schema else {"not": {}}),
+                overrides=options,
+            )
+        except ValueError as e:
+            raise InvalidSchemaError(f"schema is not a JSON object: {e}") from e
+        is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(
+            grammar, self.tokenizer, limits=self.limits)
+        if is_error:
+            raise _schema_error(messages[0] if messages else "unknown error", user_schema)
+        not_enforced = tuple(_not_enforced(messages, user_schema)) if not strict else ()
+        caps = dict(guarded.applied)
+        if g.separators is not None:
+            caps["separators"] = {"value": list(g.separators)}
+        elif g.max_whitespace is not None:
+            caps["max_whitespace"] = {"value": g.max_whitespace}
+        compiled = self._finish(c, grammar, InvalidSchemaError, "schema")
+        compiled.schema = user_schema
+        compiled.not_enforced = not_enforced
+        compiled.caps = caps
+        return compiled
+
+    def _finish(self, c: Constraint, grammar: str, error: type[ConstraintError],
+                what: str) -> CompiledConstraint:
+        matcher = llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=self.limits)
+        if matcher.is_error():
+            message = _first_line(matcher.get_error())
+            if any(k in message for k in _TOO_COMPLEX):
+                raise GrammarTooComplexError(f"{what} is too costly to compile: {message}")
+            raise error(f"invalid {what}: {message}")
+        digest = hashlib.sha256(grammar.encode()).hexdigest()[:16]
+        return CompiledConstraint(c, grammar, digest, matcher)
+
+
+def _plain(schema: Any) -> Any:
+    """A JSON round-trip: rejects non-JSON values early and detaches from the caller's dict."""
+    try:
+        return json.loads(json.dumps(schema))
+    except (TypeError, ValueError) as e:
+        raise InvalidSchemaError(f"schema is not JSON-serialisable: {e}") from e
+
+
+def _check_metaschema(schema: Any) -> None:
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
+    if error is not None:
+        pointer = "".join(f"/{escape(str(p))}" for p in error.absolute_path)
+        keyword = str(error.absolute_path[-1]) if error.absolute_path else None
+        raise InvalidSchemaError(
+            f"invalid JSON Schema at '{pointer or '/'}': {error.message}",
+            keyword=keyword, pointer=pointer or "/")
+
+
+def _schema_error(message: str, schema: Any) -> ConstraintError:
+    message = _first_line(message)
+    m = _UNIMPLEMENTED.search(message)
+    if m:
+        keywords = json.loads(f"[{m.group(1)}]")
+        pointers = [p for k in keywords for p in keyword_pointers(schema, k)]
+        keyword = keywords[0] if keywords else None
+        pointer = pointers[0] if pointers else None
+        return UnsupportedSchemaError(
+            f"unsupported JSON Schema keyword '{keyword}' at '{pointer}' cannot be enforced "
+            f"(all: {', '.join(pointers) or keywords}); remove it or set strict=false to skip "
+            "it and post-check instead",
+            keyword=keyword, pointer=pointer)
+    m = _UNKNOWN_FORMAT.search(message)
+    if m:
+        fmt = m.group(1).strip("\"'")
+        pointers = format_pointers(schema, fmt)
+        pointer = pointers[0] if pointers else None
+        return UnsupportedSchemaError(
+            f"unsupported string format '{fmt}' at '{pointer}'; remove it or set strict=false",
+            keyword="format", pointer=pointer)
+    if any(k in message for k in _TOO_COMPLEX):
+        return GrammarTooComplexError(f"schema is too costly to compile: {message}")
+    return InvalidSchemaError(f"schema cannot be compiled: {message}")
+
+
+def _not_enforced(messages: list[str], schema: Any) -> list[NotEnforced]:
+    found: list[NotEnforced] = []
+    for message in messages:
+        m = _UNIMPLEMENTED.search(message)
+        if m:
+            for k in json.loads(f"[{m.group(1)}]"):
+                found += [NotEnforced(k, p) for p in keyword_pointers(schema, k)] or [
+                    NotEnforced(k, "")]
+        m = _UNKNOWN_FORMAT.search(message)
+        if m:
+            fmt = m.group(1).strip("\"'")
+            found += [NotEnforced("format", p) for p in format_pointers(schema, fmt)]
+    return list(dict.fromkeys(found))
+
+
+def _first_line(message: str) -> str:
+    return message.strip().split("\n<state>")[0].strip()
+
+
+def _cache_key(c: Constraint, g: Guards) -> str:
+    payload: Mapping[str, Any] | str | tuple[str, ...]
+    if isinstance(c, JsonSchema):
+        payload = {"schema": c.schema, "strict": c.strict}
+    elif isinstance(c, Regex):
+        payload = c.pattern
+    elif isinstance(c, Lark):
+        payload = c.grammar
+    elif isinstance(c, Choice):
+        payload = c.options
+    else:
+        payload = ""
+    return json.dumps([type(c).__name__, payload, g.key()], sort_keys=True, default=str)

@@ -1,0 +1,126 @@
+"""Runaway guards: bounds on output that is legal but never ends.
+
+Seen on real models: a stray `"` closes a string and the model then emits legal whitespace
+until max_tokens; a number grows `1000000…` forever. Each guard narrows the schema only
+(the guarded language is a subset of the user's), so output stays valid for the original
+schema, which is what the post-check validates against. Every guard that took effect is
+reported in `applied` so nothing is bounded silently.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .schema_walk import subschemas
+
+# Narrowing inside these would widen the whole schema (`not`), or change which branch
+# matches (`oneOf`, `if`), so they are left alone.
+_NO_REWRITE = frozenset({"not", "if", "oneOf"})
+
+
+@dataclass(frozen=True)
+class Guards:
+    """Bounds applied to JSON constraints. `None` turns a guard off.
+
+    separators: JSON item and key separators, fixed, with no other whitespace: the default
+        `(", ", ": ")` is `json.dumps`'s layout, so no whitespace can run away and the
+        separators and keys become forced tokens. `None` allows flexible whitespace, bounded by
+        max_whitespace.
+    max_whitespace: with separators=None, whitespace characters allowed at each place JSON
+        allows whitespace (0 = compact JSON; None = unbounded).
+    max_integer_digits: digits before the decimal point of numbers without user bounds.
+    max_fraction_digits: digits after the decimal point of numbers without `multipleOf`.
+    max_string_length: maxLength for strings without maxLength, enum, const or format.
+    """
+
+    separators: tuple[str, str] | None = (", ", ": ")
+    max_whitespace: int | None = 8
+    max_integer_digits: int | None = 15
+    max_fraction_digits: int | None = 8
+    max_string_length: int | None = None
+
+    def key(self) -> tuple[object, ...]:
+        return (self.separators, self.max_whitespace, self.max_integer_digits, self.max_fraction_digits,
+                self.max_string_length)
+
+
+@dataclass
+class GuardedSchema:
+    schema: Any
+    applied: dict[str, Any] = field(default_factory=dict)
+
+
+def _types(s: dict[str, Any]) -> set[str]:
+    t = s.get("type")
+    if isinstance(t, str):
+        return {t}
+    if isinstance(t, list):
+        return {x for x in t if isinstance(x, str)}
+    return set()
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
+    """Return a narrowed copy of `schema` and which guards took effect (with pointers)."""
+    out = copy.deepcopy(schema)
+    applied: dict[str, Any] = {}
+    if not isinstance(out, dict):
+        return GuardedSchema(out, applied)
+    for pointer, s in subschemas(out, skip=_NO_REWRITE):
+        types = _types(s)
+        if types & {"integer", "number"}:
+            _bound_number(s, pointer, "number" in types, guards, applied)
+        if "string" in types and guards.max_string_length is not None:
+            if not any(k in s for k in ("maxLength", "enum", "const", "format")):
+                s["maxLength"] = max(guards.max_string_length, _num(s.get("minLength"), 0))
+                applied.setdefault("max_string_length", {"value": guards.max_string_length,
+                                                         "at": []})["at"].append(pointer or "/")
+    return GuardedSchema(out, applied)
+
+
+def _num(x: Any, default: float) -> float:
+    return x if _is_number(x) else default
+
+
+def _bound_number(s: dict[str, Any], pointer: str, fractional: bool, guards: Guards,
+                  applied: dict[str, Any]) -> None:
+    where = pointer or "/"
+    if guards.max_integer_digits is not None:
+        limit = 10 ** guards.max_integer_digits - 1
+        lo = s.get("minimum", s.get("exclusiveMinimum"))
+        hi = s.get("maximum", s.get("exclusiveMaximum"))
+        changed = False
+        # Only add a bound the user's own bounds leave room for; otherwise the schema
+        # would become unsatisfiable.
+        if not _is_number(hi) and _num(lo, -limit) <= limit:
+            s["maximum"] = limit
+            changed = True
+        if not _is_number(lo) and _num(hi, limit) >= -limit:
+            s["minimum"] = -limit
+            changed = True
+        if changed:
+            applied.setdefault("max_integer_digits", {"value": guards.max_integer_digits,
+                                                      "at": []})["at"].append(where)
+    if fractional and guards.max_fraction_digits is not None and "multipleOf" not in s:
+        s["multipleOf"] = float(f"1e-{guards.max_fraction_digits}")
+        applied.setdefault("max_fraction_digits", {"value": guards.max_fraction_digits,
+                                                   "at": []})["at"].append(where)
+
+
+def whitespace_options(guards: Guards) -> dict[str, Any]:
+    """llguidance JSON compile options for the whitespace guard."""
+    if guards.separators is not None:
+        item, key = guards.separators
+        return {"whitespace_flexible": False, "item_separator": re.escape(item),
+                "key_separator": re.escape(key)}
+    if guards.max_whitespace is None:
+        return {"whitespace_flexible": True}
+    if guards.max_whitespace == 0:
+        return {"whitespace_flexible": False}
+    return {"whitespace_pattern": rf"[\x20\x0A\x0D\x09]{{0,{guards.max_whitespace}}}"}

@@ -1,0 +1,60 @@
+"""Walking a JSON Schema's subschemas with their JSON pointers.
+
+Used to name the pointer of a keyword the engine rejects, and by the runaway guards to rewrite
+numeric and string subschemas. Property *names* are never mistaken for keywords: only
+positions that hold a schema are visited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+# keyword -> how its value holds subschemas
+_ONE = ("additionalProperties", "additionalItems", "contains", "propertyNames", "not", "if",
+        "then", "else", "unevaluatedProperties", "unevaluatedItems", "items")
+_LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def escape(token: str) -> str:
+    """RFC 6901 escaping of one pointer segment."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def subschemas(
+    schema: Any, pointer: str = "", *, skip: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield (pointer, subschema) for `schema` and every schema nested in it, depth first.
+
+    `skip` names keywords whose subschemas are not entered (e.g. `not`, where narrowing a
+    subschema would widen the whole).
+    """
+    if not isinstance(schema, dict):
+        return
+    yield pointer, schema
+    for key, value in schema.items():
+        if key in skip:
+            continue
+        child = f"{pointer}/{escape(key)}"
+        if key in _ONE and isinstance(value, dict):
+            yield from subschemas(value, child, skip=skip)
+        elif key in _LIST and isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from subschemas(item, f"{child}/{i}", skip=skip)
+        elif key in _MAP and isinstance(value, dict):
+            for name, item in value.items():
+                yield from subschemas(item, f"{child}/{escape(name)}", skip=skip)
+        elif key == "dependencies" and isinstance(value, dict):
+            for name, item in value.items():
+                yield from subschemas(item, f"{child}/{escape(name)}", skip=skip)
+
+
+def keyword_pointers(schema: Any, keyword: str) -> list[str]:
+    """Pointers to every occurrence of `keyword` used as a keyword inside `schema`."""
+    return [f"{p}/{escape(keyword)}" for p, s in subschemas(schema) if keyword in s]
+
+
+def format_pointers(schema: Any, fmt: str) -> list[str]:
+    """Pointers to every `format` keyword whose value is `fmt`."""
+    return [f"{p}/format" for p, s in subschemas(schema) if s.get("format") == fmt]

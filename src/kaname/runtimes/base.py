@@ -1,0 +1,37 @@
+"""The one interface the decoding loop needs from a model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import llguidance as llg
+import numpy as np
+from numpy.typing import NDArray
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """A model behind a vocabulary. Logits rows are float32 of length `n_vocab` and are only
+    valid until the next call (runtimes may reuse the buffer)."""
+
+    @property
+    def tokenizer(self) -> llg.LLTokenizer: ...
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def eos_token_ids(self) -> Sequence[int]: ...
+
+    def tokenize(self, text: str) -> list[int]:
+        """Prompt text to tokens, with the model's BOS where it wants one."""
+        ...
+
+    def start(self, prompt: Sequence[int]) -> NDArray[np.float32]:
+        """Evaluate a fresh prompt; return the logits for the next token."""
+        ...
+
+    def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
+        """Append tokens (one sampled, maybe forced ones) in one call; logits for the next."""
+        ...
