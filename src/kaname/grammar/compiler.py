@@ -227,7 +227,19 @@ def _check_metaschema(schema: Any) -> None:
             keyword=keyword, pointer=pointer or "/")
 
 
+_WHERE = re.compile(r"while processing \S*?#(/\S*)")
+# llguidance limitations, by the keyword they concern
+_LIMITATIONS = (
+    ("oneOf constraints are not supported", "oneOf"),
+    ("min/maxProperties", "minProperties"),
+    ("regex parse error", "pattern"),
+    ("look-around", "pattern"),
+    ("circular references with sibling keys", "$ref"),
+)
+
+
 def _schema_error(message: str, schema: Any) -> ConstraintError:
+    where = _WHERE.search(message)
     message = _first_line(message)
     m = _UNIMPLEMENTED.search(message)
     if m:
@@ -248,9 +260,22 @@ def _schema_error(message: str, schema: Any) -> ConstraintError:
         return UnsupportedSchemaError(
             f"unsupported string format '{fmt}' at '{pointer}'; remove it or set strict=false",
             keyword="format", pointer=pointer)
+    if "does not exist" in message and "Pointer" in message:
+        return InvalidSchemaError(f"schema has a dangling $ref: {message}", keyword="$ref",
+                                  pointer=(keyword_pointers(schema, "$ref") or [None])[0])
     if any(k in message for k in _TOO_COMPLEX):
         return GrammarTooComplexError(f"schema is too costly to compile: {message}")
-    return InvalidSchemaError(f"schema cannot be compiled: {message}")
+    for needle, keyword in _LIMITATIONS:
+        if needle in message:
+            pointer = (where.group(1) + "/" + keyword if where else
+                       (keyword_pointers(schema, keyword) or [None])[0])
+            return UnsupportedSchemaError(
+                f"'{keyword}' at '{pointer}' cannot be enforced: {message}; "
+                "simplify it or set strict=false", keyword=keyword, pointer=pointer)
+    # The metaschema check passed, so this is a construct the grammar engine cannot express.
+    at = f" (at '{where.group(1)}')" if where else ""
+    return UnsupportedSchemaError(f"schema cannot be enforced{at}: {message}",
+                                  pointer=where.group(1) if where else None)
 
 
 def _not_enforced(messages: list[str], schema: Any) -> list[NotEnforced]:
@@ -269,7 +294,10 @@ def _not_enforced(messages: list[str], schema: Any) -> list[NotEnforced]:
 
 
 def _first_line(message: str) -> str:
-    return message.strip().split("\n<state>")[0].strip()
+    """llguidance's message without its parser-state dump and location trailer."""
+    head = message.strip().split("\n<state>")[0]
+    return "\n".join(ln for ln in head.splitlines()
+                     if not ln.strip().startswith("while processing")).strip()
 
 
 def _cache_key(c: Constraint, g: Guards) -> str:

@@ -43,8 +43,8 @@ class Guards:
     max_string_length: int | None = None
 
     def key(self) -> tuple[object, ...]:
-        return (self.separators, self.max_whitespace, self.max_integer_digits, self.max_fraction_digits,
-                self.max_string_length)
+        return (self.separators, self.max_whitespace, self.max_integer_digits,
+                self.max_fraction_digits, self.max_string_length)
 
 
 @dataclass

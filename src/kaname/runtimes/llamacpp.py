@@ -67,7 +67,7 @@ def build_tokenizer(vocab: lc.llama_vocab_p) -> llg.LLTokenizer:
         if size < 0:
             raise ModelError(f"token {token} does not fit a {len(buf)}-byte buffer")
         piece = bytes(buf[:size])
-        attr = lc.llama_token_get_attr(vocab, token)
+        attr = lc.llama_vocab_get_attr(vocab, token)
         if attr & _SPECIAL_ATTRS or (attr & lc.LLAMA_TOKEN_ATTR_USER_DEFINED
                                      and _is_placeholder(piece)):
             piece = b"\xff" + piece

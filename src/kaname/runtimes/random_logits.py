@@ -41,7 +41,7 @@ class RandomLogitsRuntime:
     """Seeded random logits over `tokenizer`'s vocabulary; the prompt is ignored."""
 
     def __init__(self, tokenizer: llg.LLTokenizer, *, seed: int = 0, scale: float = 1.0,
-                 close_bias: float = 1.0, eos_token_ids: Sequence[int] | None = None,
+                 close_bias: float = 1.5, eos_token_ids: Sequence[int] | None = None,
                  bos_token_id: int | None = None):
         self._tokenizer = tokenizer
         self._n_vocab = tokenizer.vocab_size
