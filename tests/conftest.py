@@ -54,3 +54,21 @@ def schema_sample() -> list[dict[str, Any]]:
         rows = by_subset[subset]
         sample += rng.sample(rows, min(PER_SUBSET, len(rows)))
     return sample
+
+
+@pytest.fixture(scope="session")
+def compiled_sample(gemma, schema_sample):
+    """The sample compiled strictly with default guards: ([(row, compiled)], errors by keyword)."""
+    from collections import Counter
+
+    from kaname.errors import ConstraintError
+    from kaname.grammar import GrammarCompiler, JsonSchema
+
+    compiler = GrammarCompiler(gemma.tokenizer)
+    compiled, errors = [], Counter()
+    for row in schema_sample:
+        try:
+            compiled.append((row, compiler.compile(JsonSchema(row["schema"], strict=True))))
+        except ConstraintError as e:
+            errors[getattr(e, "keyword", None) or type(e).__name__] += 1
+    return compiled, errors

@@ -11,27 +11,14 @@ import json
 from collections import Counter
 
 from kaname.decoding import SamplingParams, decode
-from kaname.errors import ConstraintError
-from kaname.grammar import GrammarCompiler, JsonSchema
 
 SEEDS = (0, 1, 2)
 MAX_TOKENS = 384
 
 
-def compile_sample(gemma, sample):
-    compiler = GrammarCompiler(gemma.tokenizer)
-    compiled, errors = [], Counter()
-    for row in sample:
-        try:
-            compiled.append((row, compiler.compile(JsonSchema(row["schema"], strict=True))))
-        except ConstraintError as e:
-            errors[getattr(e, "keyword", None) or type(e).__name__] += 1
-    return compiled, errors
-
-
-def test_random_logits_outputs_validate(gemma, random_runtime, schema_sample):
+def test_random_logits_outputs_validate(random_runtime, schema_sample, compiled_sample):
     assert len(schema_sample) >= 300
-    compiled, errors = compile_sample(gemma, schema_sample)
+    compiled, errors = compiled_sample
     print(f"\ncompiled {len(compiled)}/{len(schema_sample)} schemas; compile errors by keyword:",
           dict(errors.most_common()))
     outcomes: Counter[str] = Counter()

@@ -33,7 +33,9 @@ class Guards:
         allows whitespace (0 = compact JSON; None = unbounded).
     max_integer_digits: digits before the decimal point of numbers without user bounds.
     max_fraction_digits: digits after the decimal point of numbers without `multipleOf`.
-    max_string_length: maxLength for strings without maxLength, enum, const or format.
+    max_string_length: maxLength for strings without maxLength, enum or const (off by
+        default: strings may legitimately be long). Keep it generous: it also applies to
+        `format` and `pattern` strings, and a cap below their shortest match leaves no output.
     """
 
     separators: tuple[str, str] | None = (", ", ": ")
@@ -77,7 +79,7 @@ def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
         if types & {"integer", "number"}:
             _bound_number(s, pointer, "number" in types, guards, applied)
         if "string" in types and guards.max_string_length is not None:
-            if not any(k in s for k in ("maxLength", "enum", "const", "format")):
+            if not any(k in s for k in ("maxLength", "enum", "const")):
                 s["maxLength"] = max(guards.max_string_length, _num(s.get("minLength"), 0))
                 applied.setdefault("max_string_length", {"value": guards.max_string_length,
                                                          "at": []})["at"].append(pointer or "/")

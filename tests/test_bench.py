@@ -1,0 +1,130 @@
+"""`kaname bench engine`: the JSON it prints, its helpers, and greedy agreement of both paths."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kaname.bench import engine_bench as eb
+from kaname.grammar import GrammarCompiler
+from kaname.runtimes.llamacpp import Vocab
+from kaname.runtimes.random_logits import RandomLogitsRuntime
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers, against hand-computed values
+
+
+def test_percentile_hand_computed() -> None:
+    xs = [4.0, 1.0, 3.0, 2.0]  # sorted: 1 2 3 4; rank of q is 3 * q / 100
+    assert eb.percentile(xs, 0) == 1.0
+    assert eb.percentile(xs, 50) == pytest.approx(2.5)  # rank 1.5
+    assert eb.percentile(xs, 99) == pytest.approx(3.97)  # rank 2.97: 3 + 0.97 * (4 - 3)
+    assert eb.percentile(xs, 100) == 4.0
+    assert eb.percentile([7.0], 99) == 7.0
+
+
+def test_percentile_matches_numpy() -> None:
+    xs = list(np.random.default_rng(0).exponential(size=101))
+    for q in (1, 50, 90, 99):
+        assert eb.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+
+
+def test_percentile_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        eb.percentile([], 50)
+    with pytest.raises(ValueError):
+        eb.percentile([1.0], 101)
+
+
+def test_summarize_us_converts_ns() -> None:
+    s = eb.summarize_us([1000, 2000, 3000, 4000])
+    assert s == pytest.approx({"p50": 2.5, "p99": 3.97, "mean": 2.5})
+
+
+def test_ratio_and_share_edge_cases() -> None:
+    assert eb.ratio(1.0, 4.0) == 0.25
+    assert eb.ratio(1.0, 0.0) == math.inf
+    assert eb.share(3, 4) == 0.75
+    assert eb.share(3, 0) == 0.0
+
+
+def _step(kind: str, pick: int, commit: int, mask: int, apply: int, *,
+          mismatch: bool = False) -> eb.Step:
+    return eb.Step(kind, tokens=2, kaname_pick_ns=pick, kaname_commit_ns=commit,
+                   plain_mask_ns=mask, plain_apply_ns=apply, plain_argmax_ns=0,
+                   plain_commit_ns=0, mismatch=mismatch)
+
+
+def test_report_aggregates_hand_computed() -> None:
+    # kaname: 100 ns and 300 ns per step (mean 200); plain: 1000 ns both (mean 1000)
+    steps = [_step("lazy_hit", 60, 40, 200, 800), _step("full_mask", 250, 50, 500, 500,
+                                                        mismatch=True)]
+    # rep 0: constrained 10 tok / 1 s, unconstrained 10 tok / 2 s -> ratio 2
+    # rep 1: constrained 12 tok / 2 s, unconstrained 12 tok / 3 s -> ratio 1.5
+    c = [eb.Run(10, 1.0, forced=4, lazy_hits=5, full_masks=1),
+         eb.Run(12, 2.0, forced=6, lazy_hits=5, full_masks=1)]
+    u = [eb.Run(10, 2.0), eb.Run(12, 3.0)]
+    result = eb.CaseResult("x", steps, c, u)
+    data = eb.report([result], eb.Config((), max_tokens=10, repetitions=2), quick=True)
+    assert data["overhead_ratio_vs_llguidance"] == pytest.approx(0.2)
+    assert data["per_token_us"]["kaname"]["mean"] == pytest.approx(0.2)
+    assert data["constrained_over_unconstrained_tps"] == pytest.approx(1.75)  # median(2, 1.5)
+    assert data["tokens_per_s"]["constrained"] == pytest.approx(8.0)  # median(10, 6)
+    assert data["forced_share"] == pytest.approx(10 / 22)
+    assert data["lazy_hit_share"] == pytest.approx(10 / 12)
+    assert data["greedy_mismatches"] == 1
+    paths = data["kaname_paths"]
+    assert paths["lazy_hit"]["time_share"] == pytest.approx(0.25)
+    assert paths["full_mask"]["mean_us"] == pytest.approx(0.3)
+    assert data["phase_shares"]["plain_llguidance"]["apply_bitmask"] == pytest.approx(0.65)
+    json.dumps(data)  # JSON-ready as is
+
+
+# ---------------------------------------------------------------------------------------------
+# Both paths agree on every greedy step (random logits: many full-mask steps, no model needed)
+
+
+@pytest.mark.model
+def test_trace_paths_agree_on_random_logits(gemma: Vocab) -> None:
+    runtime = RandomLogitsRuntime(gemma.tokenizer, seed=7, eos_token_ids=gemma.eos_token_ids,
+                                  bos_token_id=gemma.bos_token_id)
+    compiled = GrammarCompiler(gemma.tokenizer).compile(eb.COMPANY)
+    steps = eb.trace_steps(runtime, compiled, [2], max_tokens=60)
+    assert steps
+    assert sum(s.mismatch for s in steps) == 0
+    assert any(s.kind == "full_mask" for s in steps)  # the masked path was exercised
+
+
+# ---------------------------------------------------------------------------------------------
+# The command end to end on the embedded model
+
+
+def _finite_positive(x: object) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+
+@pytest.mark.model
+def test_bench_engine_quick_json() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kaname.cli", "bench", "engine", "--quick", "--json"],
+        capture_output=True, text=True, timeout=900, check=False)
+    data = json.loads(proc.stdout)  # exactly one JSON object, nothing else on stdout
+    assert isinstance(data, dict)
+    for key in ("overhead_ratio_vs_llguidance", "constrained_over_unconstrained_tps"):
+        assert _finite_positive(data[key]), key
+    for path in ("kaname", "plain_llguidance"):
+        for q in ("p50", "p99", "mean"):
+            assert _finite_positive(data["per_token_us"][path][q]), (path, q)
+    for mode in ("constrained", "unconstrained"):
+        assert _finite_positive(data["tokens_per_s"][mode]), mode
+    assert 0 < data["forced_share"] < 1
+    assert 0 < data["lazy_hit_share"] <= 1
+    assert data["targets"] == {"overhead_ratio_max": 0.5, "tps_ratio_min": 1.0}
+    assert isinstance(data["machine"], str) and data["machine"]
+    assert data["greedy_mismatches"] == 0
+    assert proc.returncode == 0, proc.stderr
