@@ -36,6 +36,8 @@ class Guards:
     max_string_length: maxLength for strings without maxLength, enum or const (off by
         default: strings may legitimately be long). Keep it generous: it also applies to
         `format` and `pattern` strings, and a cap below their shortest match leaves no output.
+    max_array_items: maxItems for arrays without maxItems (off by default; never below the
+        array's minItems or its prefixItems).
     """
 
     separators: tuple[str, str] | None = (", ", ": ")
@@ -43,10 +45,11 @@ class Guards:
     max_integer_digits: int | None = 15
     max_fraction_digits: int | None = 8
     max_string_length: int | None = None
+    max_array_items: int | None = None
 
     def key(self) -> tuple[object, ...]:
         return (self.separators, self.max_whitespace, self.max_integer_digits,
-                self.max_fraction_digits, self.max_string_length)
+                self.max_fraction_digits, self.max_string_length, self.max_array_items)
 
 
 @dataclass
@@ -83,6 +86,11 @@ def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
                 s["maxLength"] = max(guards.max_string_length, _num(s.get("minLength"), 0))
                 applied.setdefault("max_string_length", {"value": guards.max_string_length,
                                                          "at": []})["at"].append(pointer or "/")
+        if "array" in types and guards.max_array_items is not None and "maxItems" not in s:
+            floor = max(_num(s.get("minItems"), 0), len(s.get("prefixItems") or []))
+            s["maxItems"] = max(guards.max_array_items, int(floor))
+            applied.setdefault("max_array_items", {"value": guards.max_array_items,
+                                                   "at": []})["at"].append(pointer or "/")
     return GuardedSchema(out, applied)
 
 

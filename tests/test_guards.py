@@ -1,0 +1,77 @@
+"""Runaway guards narrow the schema only, and say where they did."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from kaname.grammar import GrammarCompiler, Guards, JsonSchema
+from kaname.grammar.guards import apply_guards
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "qty": {"type": "integer"},
+        "price": {"type": "number", "minimum": 0},
+        "big": {"type": "integer", "minimum": 10**20},
+        "step": {"type": "number", "multipleOf": 0.5, "maximum": 10},
+        "name": {"type": "string"},
+        "code": {"type": "string", "maxLength": 3},
+        "neg": {"not": {"type": "integer"}},
+        "any": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+        "list": {"type": "array", "minItems": 12},
+        "short": {"type": "array", "maxItems": 2},
+    },
+}
+
+
+def test_guards_bound_numbers_and_report_pointers():
+    g = apply_guards(SCHEMA, Guards(max_string_length=10, max_array_items=5))
+    props = g.schema["properties"]
+    assert props["qty"]["maximum"] == 10**15 - 1 and props["qty"]["minimum"] == -(10**15 - 1)
+    assert props["price"]["minimum"] == 0 and props["price"]["maximum"] == 10**15 - 1
+    assert props["price"]["multipleOf"] == 1e-8
+    assert "maximum" not in props["big"]  # a cap below the user's minimum would be unsatisfiable
+    assert props["step"]["multipleOf"] == 0.5 and "minimum" in props["step"]
+    assert props["name"]["maxLength"] == 10 and props["code"]["maxLength"] == 3
+    assert props["neg"] == SCHEMA["properties"]["neg"]  # narrowing under `not` would widen
+    assert props["any"] == SCHEMA["properties"]["any"]
+    assert props["list"]["maxItems"] == 12 and props["short"]["maxItems"] == 2
+    assert g.applied["max_array_items"]["at"] == ["/properties/list"]
+    assert "/properties/qty" in g.applied["max_integer_digits"]["at"]
+    assert g.applied["max_string_length"]["at"] == ["/properties/name"]
+    assert SCHEMA["properties"]["qty"] == {"type": "integer"}  # the caller's dict is untouched
+
+
+def test_guarded_language_is_a_subset(gemma):
+    """Everything the guarded grammar accepts is valid for the original schema, and what it
+    rejects among valid instances is exactly what the caps exclude."""
+    compiler = GrammarCompiler(gemma.tokenizer)
+    schema = {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}
+    c = compiler.compile(JsonSchema(schema))
+    for n, ok in [(1, True), (-2.5, True), (123456789012345, True), (0.12345678, True),
+                  (1234567890123456, False), (0.123456789, False)]:
+        text = json.dumps({"n": n})
+        jsonschema.validate({"n": n}, schema)
+        m = c.new_matcher()
+        accepted = m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()
+        assert accepted is ok, text
+    assert c.caps["max_integer_digits"]["value"] == 15
+    assert c.caps["separators"]["value"] == [", ", ": "]
+
+
+@pytest.mark.parametrize("guards, text, ok", [
+    (Guards(), '{"a": 1}', True),
+    (Guards(), '{"a":1}', False),  # fixed separators: the layout is forced
+    (Guards(separators=None, max_whitespace=2), '{ "a":  1}', True),
+    (Guards(separators=None, max_whitespace=2), '{"a":   1}', False),
+    (Guards(separators=None, max_whitespace=0), '{"a":1}', True),
+    (Guards(separators=None, max_whitespace=None), '{"a":' + " " * 50 + "1}", True),
+])
+def test_whitespace_guard(gemma, guards, text, ok):
+    c = GrammarCompiler(gemma.tokenizer, guards=guards).compile(
+        JsonSchema({"type": "object", "properties": {"a": {"type": "integer"}}}))
+    m = c.new_matcher()
+    assert (m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()) is ok

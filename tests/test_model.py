@@ -1,0 +1,87 @@
+"""End to end on the embedded Gemma 3 270M (llama.cpp, CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kaname import Engine, Guards
+from kaname.runtimes.llamacpp import LlamaCppRuntime
+from kaname.runtimes.models import default_model_path
+
+pytestmark = pytest.mark.model
+
+INVOICE = json.loads((Path(__file__).parent / "invoice.schema.json").read_text())
+INVOICE_PROMPT = ("Invoice INV-2024-001 dated 2024-03-15 for Acme Corp, 12 Main St, Springfield: "
+                  "3 widgets at $4.50 each and 1 gadget at $19.99. Total $33.49.\n"
+                  "The invoice as JSON: ")
+COMPANY = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "founded_year": {"type": "integer"},
+                   "location": {"type": "string"}, "employees": {"type": "integer"}},
+    "required": ["name", "founded_year", "location", "employees"],
+    "additionalProperties": False,
+}
+SEED_PROMPT = "ほしぞら書店株式会社は2011年5月に横浜市中区で設立された。従業員は約120名。\nJSON: "
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.default()
+
+
+def test_seed_example(engine):
+    r = engine.generate(SEED_PROMPT, {"type": "json_schema",
+                                      "json_schema": {"name": "company", "schema": COMPANY}})
+    assert r.finish_reason == "stop" and r.valid is True
+    assert r.usage.forced_tokens > 0
+    assert r.parsed["founded_year"] == 2011 and r.parsed["employees"] == 120
+    assert r.enforced.strict is True and r.enforced.not_enforced == []
+
+
+def test_invoice_runaway_is_bounded(engine):
+    """Temperature 0.7 on an invoice schema: unguarded, numbers grow `1000…`, strings copy the
+    prompt and the item list never closes until max_tokens. With the guards every run ends."""
+    guards = Guards(max_string_length=100, max_array_items=8)
+    rf = {"type": "json_schema", "json_schema": {"name": "invoice", "schema": INVOICE}}
+    for seed in range(5):
+        r = engine.generate(INVOICE_PROMPT, rf, temperature=0.7, seed=seed, max_tokens=600,
+                            guards=guards)
+        assert r.finish_reason == "stop", (seed, r.text[-200:])
+        assert r.valid is True, (seed, r.text)
+        assert {"max_integer_digits", "max_fraction_digits", "max_string_length",
+                "max_array_items", "separators"} <= set(r.enforced.caps)
+
+
+def test_length_is_never_valid(engine):
+    r = engine.generate(INVOICE_PROMPT, {"type": "json_schema",
+                                         "json_schema": {"name": "i", "schema": INVOICE}},
+                        max_tokens=10)
+    assert r.finish_reason == "length" and r.valid is False and r.parsed is None
+
+
+def test_pydantic_response_format(engine):
+    import pydantic
+
+    class Company(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid")
+        name: str
+        founded_year: int
+
+    r = engine.generate(SEED_PROMPT, Company, max_tokens=80)
+    assert r.valid and isinstance(r.parsed, Company)
+
+
+def test_kv_prefix_reuse_gives_the_same_logits():
+    path = default_model_path()
+    reused, fresh = LlamaCppRuntime(path), LlamaCppRuntime(path)
+    tok = reused.tokenize
+    a, b = tok("The capital of France is"), tok("The capital of Japan is")
+    reused.start(a)
+    got = reused.start(b).copy()  # shares the prefix "The capital of" with a
+    want = fresh.start(b).copy()
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+    assert int(np.argmax(got)) == int(np.argmax(want))
