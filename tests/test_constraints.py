@@ -133,3 +133,32 @@ def test_json_object_is_any_object(compiler):
     text = '{"a": [1, {"b": null}], "c": "d"}'
     assert m.consume_tokens(compiler.tokenizer.tokenize_str(text)) and m.is_accepting()
     assert c.validate(text) is True and c.validate("[1]") is False
+
+
+def deep_lark(n: int) -> str:
+    return "start: s0\n" + "\n".join(f's{i}: s{i + 1} s{i + 1} | "x"' for i in range(n)) + \
+        f'\ns{n}: "y"'
+
+
+def test_deeply_nested_grammar_does_not_crash(compiler, random_runtime):
+    """3,000 nested rules overflow llguidance's stack on a default 8 MiB thread (SIGSEGV).
+    Built on a deep stack it compiles; decoding it then hits the per-step parser limit."""
+    from kaname.decoding import SamplingParams, decode
+
+    c = compiler.compile(Lark(deep_lark(3000)))
+    with pytest.raises(GrammarTooComplexError, match="parser limit.*Too many items"):
+        decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=20)
+
+
+def test_deeply_nested_schema_is_an_error_not_a_crash(compiler):
+    schema: dict = {"type": "string"}
+    for _ in range(5000):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(GrammarTooComplexError, match="nested too deeply"):
+        compiler.compile(JsonSchema(schema))
+
+
+def test_oversized_constraint_is_refused_fast(gemma):
+    small = GrammarCompiler(gemma.tokenizer, max_constraint_bytes=10_000)
+    with pytest.raises(GrammarTooComplexError, match="too costly"):
+        small.compile(Choice(tuple(f"option {i}" for i in range(2000))))

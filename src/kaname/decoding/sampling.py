@@ -156,7 +156,7 @@ class TokenPicker:
 def _dead_end(matcher: llg.LLMatcher) -> Exception:
     from ..errors import GrammarTooComplexError, KanameError
 
-    message = matcher.get_error().split("\n<state>")[0].strip()
+    message = matcher.get_error().split("\n<")[0].strip()  # drop the state dump
     if "too complex" in message.lower() or "fuel" in message or "limit" in message:
         return GrammarTooComplexError(f"grammar hit a parser limit while decoding: {message}")
     return KanameError(f"grammar allows no token here (internal error): {message or 'empty mask'}")

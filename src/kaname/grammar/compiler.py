@@ -12,9 +12,9 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import jsonschema
 import llguidance as llg
@@ -49,6 +49,8 @@ _JSON_OBJECT_SCHEMA: dict[str, Any] = {
         }
     },
 }
+
+T = TypeVar("T")
 
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
@@ -99,6 +101,38 @@ class CompiledConstraint:
         return bool(self._validator.is_valid(value))
 
 
+_STACK_BYTES = 512 * 1024 * 1024
+_stack_lock = threading.Lock()
+
+
+def _on_big_stack(fn: Callable[[], T]) -> T:
+    """Run `fn` on a thread with a 512 MiB stack (reserved, committed only as used).
+
+    llguidance's grammar compiler recurses over rule references: measured here, a Lark
+    grammar nesting 3,000 rules overflows the default 8 MiB stack and kills the process with
+    SIGSEGV. Caller input must never do that, so grammars are built on a deep stack.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # re-raised in the caller's thread  # noqa: BLE001
+            box["error"] = e
+
+    with _stack_lock:
+        old = threading.stack_size(_STACK_BYTES)
+        try:
+            worker = threading.Thread(target=run, name="kaname-grammar")
+            worker.start()
+        finally:
+            threading.stack_size(old)
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def default_limits() -> llg.LLParserLimits:
     """llguidance's limits, without echoing the grammar into error messages."""
     return llg.LLParserLimits(verbose_errors=False)
@@ -107,9 +141,15 @@ def default_limits() -> llg.LLParserLimits:
 class GrammarCompiler:
     """Turns constraints into matchers for one tokenizer; thread-safe, with an LRU cache."""
 
+    # Above this the constraint is refused before llguidance sees it: a 100k-alternative Lark
+    # grammar took ~23 s to reach llguidance's own symbol limit here.
+    MAX_CONSTRAINT_BYTES = 1 << 20
+
     def __init__(self, tokenizer: llg.LLTokenizer, *, guards: Guards | None = None,
-                 cache_size: int = 256, limits: llg.LLParserLimits | None = None):
+                 cache_size: int = 256, limits: llg.LLParserLimits | None = None,
+                 max_constraint_bytes: int = MAX_CONSTRAINT_BYTES):
         self.tokenizer = tokenizer
+        self.max_constraint_bytes = max_constraint_bytes
         self.guards = guards or Guards()
         self.limits = limits or default_limits()
         self.cache_size = cache_size
@@ -123,7 +163,14 @@ class GrammarCompiler:
 
         c = to_constraint(constraint)
         g = guards or self.guards
-        key = _cache_key(c, g)
+        try:
+            key = _cache_key(c, g)
+        except RecursionError as e:
+            raise GrammarTooComplexError("constraint is nested too deeply") from e
+        if len(key) > self.max_constraint_bytes:
+            raise GrammarTooComplexError(
+                f"constraint is too costly to compile: {len(key)} bytes, the limit is "
+                f"{self.max_constraint_bytes}")
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -131,7 +178,10 @@ class GrammarCompiler:
                 self.hits += 1
                 return hit
             self.misses += 1
-        compiled = self._compile(c, g)
+        try:
+            compiled = self._compile(c, g)
+        except RecursionError as e:
+            raise GrammarTooComplexError("constraint is nested too deeply") from e
         with self._lock:
             self._cache[key] = compiled
             while len(self._cache) > self.cache_size:
@@ -180,8 +230,8 @@ class GrammarCompiler:
             )
         except ValueError as e:
             raise InvalidSchemaError(f"schema is not a JSON object: {e}") from e
-        is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(
-            grammar, self.tokenizer, limits=self.limits)
+        is_error, messages = _on_big_stack(lambda: llg.LLMatcher.validate_grammar_with_warnings(
+            grammar, self.tokenizer, limits=self.limits))
         if is_error:
             raise _schema_error(messages[0] if messages else "unknown error", user_schema)
         not_enforced = tuple(_not_enforced(messages, user_schema)) if not strict else ()
@@ -198,7 +248,8 @@ class GrammarCompiler:
 
     def _finish(self, c: Constraint, grammar: str, error: type[ConstraintError],
                 what: str) -> CompiledConstraint:
-        matcher = llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=self.limits)
+        matcher = _on_big_stack(lambda: llg.LLMatcher(self.tokenizer, grammar, log_level=0,
+                                                      limits=self.limits))
         if matcher.is_error():
             message = _first_line(matcher.get_error())
             if any(k in message for k in _TOO_COMPLEX):
