@@ -1,0 +1,114 @@
+"""The `kaname generate` contract that checks outside the test suite rely on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def kaname(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kaname.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def assert_bad_input(p: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert p.stdout == ""
+
+
+def test_generate_json_on_the_default_model():
+    p = kaname("generate", "--json", "--json-schema", "examples/company.schema.json",
+               "ほしぞら書店株式会社は2011年5月に横浜市中区で設立された。従業員は約120名。\nJSON: ")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert set(out) == {"text", "finish_reason", "usage", "valid"}
+    assert set(out["usage"]) == {"prompt_tokens", "completion_tokens", "forced_tokens"}
+    assert out["finish_reason"] == "stop" and out["valid"] is True
+    assert out["usage"]["forced_tokens"] > 0
+    assert json.loads(out["text"])["founded_year"] == 2011
+
+
+@pytest.mark.parametrize("args, valid", [
+    (["--regex", "[0-9]{3}-[0-9]{4}"], None),
+    (["--choice", "yes", "--choice", "no"], None),
+    (["--response-format", '{"type": "json_object"}'], True),
+])
+def test_generate_random_model(args, valid):
+    p = kaname("generate", "--model", "random", "--json", "--seed", "3", *args, "Answer:")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["finish_reason"] == "stop" and out["valid"] is valid
+    if "--choice" in args:
+        assert out["text"] in ("yes", "no")
+    if "--regex" in args:
+        assert len(out["text"]) == 8 and out["text"][3] == "-"
+
+
+def test_adversarial_model_ends(tmp_path):
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"a": {"type": "string"}},
+                                  "required": ["a"]}))
+    p = kaname("generate", "--model", "adversarial", "--json", "--json-schema", str(schema),
+               "--max-tokens", "512", "x")
+    out = json.loads(p.stdout)
+    assert out["finish_reason"] == "stop" and out["valid"] is True
+
+
+def test_invalid_schema(tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text('{"type": "object", "properties": {"a": {"type": "strin"}}}')
+    assert_bad_input(kaname("generate", "--model", "random", "--json-schema", str(f), "x"),
+                     "/properties/a/type")
+
+
+def test_unsupported_keyword_under_strict(tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text('{"type": "array", "uniqueItems": true}')
+    assert_bad_input(kaname("generate", "--model", "random", "--json-schema", str(f), "x"),
+                     "uniqueItems", "/uniqueItems", "strict")
+
+
+def test_bad_regex():
+    assert_bad_input(kaname("generate", "--model", "random", "--regex", "a(", "x"),
+                     "regex", "unclosed group")
+
+
+def test_bad_lark(tmp_path):
+    f = tmp_path / "g.lark"
+    f.write_text("start: /[/\n")
+    assert_bad_input(kaname("generate", "--model", "random", "--grammar", str(f), "x"),
+                     "Lark", "unclosed character class")
+
+
+def test_too_costly_grammar(tmp_path):
+    f = tmp_path / "g.lark"
+    f.write_text("start: s0\n" + "\n".join(f's{i}: s{i + 1} s{i + 1} | "x"' for i in range(3000))
+                 + '\ns3000: "y"\n')
+    assert_bad_input(kaname("generate", "--model", "random", "--grammar", str(f), "x"),
+                     "parser limit")
+    big = tmp_path / "big.lark"
+    big.write_text("start: " + " | ".join(f'"w{i}"' for i in range(200_000)) + "\n")
+    assert_bad_input(kaname("generate", "--model", "random", "--grammar", str(big), "x"),
+                     "too costly")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--regex", "a", "--choice", "b"], ["at most one"]),
+    (["--json-schema", "missing.json"], ["no such file"]),
+    (["--response-format", "{not json"], ["invalid JSON"]),
+    (["--model", "nope.gguf"], ["--model"]),
+    (["--max-tokens", "0"], ["max-tokens"]),
+    (["--temperature", "abc"], ["temperature"]),
+])
+def test_bad_arguments(args, words):
+    assert_bad_input(kaname("generate", *args, "x"), *words)
