@@ -162,3 +162,19 @@ def test_oversized_constraint_is_refused_fast(gemma):
     small = GrammarCompiler(gemma.tokenizer, max_constraint_bytes=10_000)
     with pytest.raises(GrammarTooComplexError, match="too costly"):
         small.compile(Choice(tuple(f"option {i}" for i in range(2000))))
+
+
+def test_cache_key_keeps_property_order(compiler):
+    ab = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+          "required": ["a", "b"]}
+    ba = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}},
+          "required": ["a", "b"]}
+    first, second = compiler.compile(JsonSchema(ab)), compiler.compile(JsonSchema(ba))
+    assert first.grammar_hash != second.grammar_hash
+    m = second.new_matcher()
+    assert m.consume_tokens(compiler.tokenizer.tokenize_str('{"b": 1, "a": 2}'))
+
+
+def test_non_json_schema_values(compiler):
+    with pytest.raises(InvalidSchemaError, match="JSON-serialisable"):
+        compiler.compile(JsonSchema({"enum": {1, 2}}))

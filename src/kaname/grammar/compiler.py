@@ -167,6 +167,8 @@ class GrammarCompiler:
             key = _cache_key(c, g)
         except RecursionError as e:
             raise GrammarTooComplexError("constraint is nested too deeply") from e
+        except (TypeError, ValueError) as e:
+            raise InvalidSchemaError(f"constraint is not JSON-serialisable: {e}") from e
         if len(key) > self.max_constraint_bytes:
             raise GrammarTooComplexError(
                 f"constraint is too costly to compile: {len(key)} bytes, the limit is "
@@ -363,4 +365,7 @@ def _cache_key(c: Constraint, g: Guards) -> str:
         payload = c.options
     else:
         payload = ""
-    return json.dumps([type(c).__name__, payload, g.key()], sort_keys=True, default=str)
+    # Key order is kept: llguidance emits object properties in schema order, so two schemas
+    # that differ only in property order compile to different grammars.
+    return json.dumps([type(c).__name__, payload, g.key()], separators=(",", ":"),
+                      ensure_ascii=False)
