@@ -146,7 +146,7 @@ def test_deeply_nested_grammar_does_not_crash(compiler, random_runtime):
     from kaname.decoding import SamplingParams, decode
 
     c = compiler.compile(Lark(deep_lark(3000)))
-    with pytest.raises(GrammarTooComplexError, match="parser limit.*Too many items"):
+    with pytest.raises(GrammarTooComplexError, match=r"parser limit.*Too many items"):
         decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=20)
 
 

@@ -117,7 +117,7 @@ def _on_big_stack(fn: Callable[[], T]) -> T:
     def run() -> None:
         try:
             box["value"] = fn()
-        except BaseException as e:  # re-raised in the caller's thread  # noqa: BLE001
+        except BaseException as e:  # re-raised in the caller's thread
             box["error"] = e
 
     with _stack_lock:
