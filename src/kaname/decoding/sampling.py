@@ -1,7 +1,8 @@
 """Picking the next token under a grammar, the cheap way when it is exact.
 
-Lazy masking: a real model's own pick is allowed by the grammar ~99% of the time, and checking
-one token costs microseconds while a full mask costs far more to apply. So:
+Lazy masking: a real model's own pick is usually allowed by the grammar (Gemma 3 270M greedy:
+~90% of picks over four schemas, see docs/benchmarks.md), and checking one token costs
+microseconds while a full mask costs far more to compute and apply. So:
   greedy (temperature 0): argmax of the raw logits; if the grammar rejects it, argmax over the
       allowed ids. Exact: the allowed argmax is the same either way.
   plain temperature: draw from the raw distribution until an allowed token comes (rejection

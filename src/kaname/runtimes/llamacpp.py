@@ -158,7 +158,9 @@ class LlamaCppRuntime:
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = n_batch
-        threads = n_threads or os.cpu_count() or 1
+        # All cores by default; on a shared machine llama.cpp's spinning threads collapse
+        # throughput (0.5-3.5 tok/s measured beside another busy process), so let it be set.
+        threads = n_threads or int(os.environ.get("KANAME_THREADS") or os.cpu_count() or 1)
         params.n_threads = threads
         params.n_threads_batch = threads
         self._ctx = lc.llama_init_from_model(self._v.model, params)
