@@ -163,3 +163,18 @@ def test_stop_string_and_length(compiler, random_runtime):
     d = decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=100,
                stop=["wor"])
     assert d.finish_reason == "stop" and d.text == "hello "
+
+
+def test_top_p_and_min_p_truncate_the_masked_distribution():
+    """Among allowed tokens with probabilities .5/.3/.15/.05: top_p=0.7 keeps the first two,
+    min_p=0.25 keeps those >= 0.125 (the first three)."""
+    def picker_for(**kw):
+        return TokenPicker(SamplingParams(temperature=1.0, seed=0, **kw), MaskBuffer(4, 4),
+                           frozenset())
+
+    z = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    for kw, kept in [({"top_p": 0.7}, {0, 1}), ({"min_p": 0.25}, {0, 1, 2}),
+                     ({"top_k": 1}, {0}), ({}, {0, 1, 2, 3})]:
+        picker = picker_for(**kw)
+        drawn = {picker._sample(z) for _ in range(400)}
+        assert drawn == kept, kw
