@@ -1,0 +1,108 @@
+"""Rendering an OpenAI messages list into a prompt, from the format's spec.
+
+Earlier assistant turns are written with the same tool-call and reasoning syntax the grammar
+enforces, so the model sees its own history in the shape it is asked to produce.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ConstraintError
+from .request import Tool
+from .spec import ChatFormat
+
+
+def _text(content: Any, where: str) -> str:
+    """OpenAI content: a string, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, p in enumerate(content):
+            if not isinstance(p, Mapping) or p.get("type") != "text":
+                raise ConstraintError("only text content parts are supported",
+                                      pointer=f"{where}/content/{i}")
+            parts.append(str(p.get("text", "")))
+        return "".join(parts)
+    raise ConstraintError("content must be a string or a list of text parts",
+                          pointer=f"{where}/content")
+
+
+def render_tool_calls(fmt: ChatFormat, calls: Sequence[Mapping[str, Any]]) -> str:
+    """Tool calls of an earlier assistant turn, exactly as the model would write them."""
+    s = fmt.tool_calls
+    if s is None or not calls:
+        return ""
+    rendered = []
+    for i, call in enumerate(calls):
+        fn = call.get("function", {})
+        name = fn.get("name", "")
+        raw = fn.get("arguments", "{}")
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except json.JSONDecodeError as e:
+            raise ConstraintError(f"tool call arguments are not JSON: {e}",
+                                  pointer=f"/tool_calls/{i}/function/arguments") from e
+        if s.layout == "json":
+            body = json.dumps({s.name_key: name, s.args_key: args}, ensure_ascii=False)
+        else:
+            index = f"{s.index_sep}{i}" if s.index_sep else ""
+            body = f"{s.name_prefix}{name}{index}{s.args_begin}" + json.dumps(
+                args, ensure_ascii=False)
+        rendered.append(f"{s.call_begin}{body}{s.call_end}")
+    return s.section_begin + s.separator.join(rendered) + s.section_end
+
+
+def render_assistant(fmt: ChatFormat, message: Mapping[str, Any], where: str) -> str:
+    """The generated part of an assistant turn, end-of-turn marker included."""
+    out = ""
+    reasoning = message.get("reasoning_content")
+    if reasoning and fmt.reasoning is not None:
+        out += fmt.reasoning.begin + reasoning + fmt.reasoning.end
+    out += _text(message.get("content"), where)
+    out += render_tool_calls(fmt, message.get("tool_calls") or [])
+    return out + fmt.end_of_turn
+
+
+def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
+                  tools: Sequence[Tool] = (), *, add_generation_prompt: bool = True) -> str:
+    if not messages:
+        raise ConstraintError("messages must not be empty", pointer="/messages")
+    tools_text = ""
+    if tools and fmt.tools_position != "none":
+        tools_text = fmt.tools_template.format(
+            tools="\n".join(json.dumps(t.to_openai(), ensure_ascii=False) for t in tools))
+    out = fmt.bos
+    msgs = list(messages)
+    if tools_text:
+        if fmt.tools_position == "own_system":
+            out += fmt.system.format(content=tools_text)
+        elif msgs[0].get("role") in ("system", "developer"):
+            first = dict(msgs[0])
+            first["content"] = _text(first.get("content"), "/messages/0") + tools_text
+            msgs[0] = first
+        else:
+            msgs.insert(0, {"role": "system", "content": tools_text.lstrip("\n")})
+    for i, m in enumerate(msgs):
+        where = f"/messages/{i}"
+        role = m.get("role") if isinstance(m, Mapping) else None
+        if role in ("system", "developer"):
+            out += fmt.system.format(content=_text(m.get("content"), where))
+        elif role == "user":
+            out += fmt.user.format(content=_text(m.get("content"), where))
+        elif role == "assistant":
+            out += fmt.assistant_prefix + render_assistant(fmt, m, where) + fmt.after_turn
+        elif role == "tool":
+            out += fmt.tool_result.format(content=_text(m.get("content"), where),
+                                          name=m.get("name", ""),
+                                          tool_call_id=m.get("tool_call_id", ""))
+        else:
+            raise ConstraintError(f"unsupported message role {role!r}", pointer=f"{where}/role")
+    if add_generation_prompt:
+        out += fmt.generation_prompt
+    return out
