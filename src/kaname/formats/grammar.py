@@ -34,7 +34,9 @@ class _Builder:
         self.guards = guards
         self.rules: list[str] = []
         self._n = 0
-        self.special = {t for t in fmt.special_tokens if _is_special(tokenizer, t)}
+        # marker text -> token id, for markers that are one special token of this vocabulary
+        self.special = {t: i for t in fmt.special_tokens
+                        if (i := _special_id(tokenizer, t)) is not None}
         self._split = re.compile("(" + "|".join(re.escape(t) for t in sorted(
             self.special, key=len, reverse=True)) + ")") if self.special else None
 
@@ -47,7 +49,8 @@ class _Builder:
         if not text:
             return ""
         parts = self._split.split(text) if self._split else [text]
-        return " ".join(f"<{p}>" if p in self.special else json.dumps(p) for p in parts if p)
+        return " ".join(f"<[{self.special[p]}]>" if p in self.special else json.dumps(p)
+                        for p in parts if p)
 
     def starts_special(self, text: str) -> bool:
         return any(text.startswith(t) for t in self.special)
@@ -56,6 +59,13 @@ class _Builder:
         """A rule: free text, then `marker`."""
         rule = self.name("text")
         opts = f"max_tokens={max_tokens}" if max_tokens else ""
+        if max_tokens and not self.starts_special(marker):
+            # llguidance lexemes are greedy: free text can only stop before a plain-text marker
+            # through a lazy rule that contains the marker, and a token budget cutting that
+            # rule short would drop the marker. A special-token marker has no such problem.
+            raise ConstraintError(
+                f"a reasoning budget needs {marker!r} to be a special token of the vocabulary",
+                pointer="/max_reasoning_tokens")
         if self.starts_special(marker):
             # Text cannot contain a special token, so the regex ends where the marker starts.
             text_rule = self.name("free")
@@ -75,9 +85,9 @@ class _Builder:
         return "%json " + json.dumps(guarded, ensure_ascii=False)
 
 
-def _is_special(tokenizer: llg.LLTokenizer, text: str) -> bool:
+def _special_id(tokenizer: llg.LLTokenizer, text: str) -> int | None:
     ids = tokenizer.tokenize_str(text, parse_special=True)
-    return len(ids) == 1 and tokenizer.is_special_token(ids[0])
+    return ids[0] if len(ids) == 1 and tokenizer.is_special_token(ids[0]) else None
 
 
 def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer, *,
@@ -87,7 +97,7 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     g = guards or Guards()
     b = _Builder(fmt, tokenizer, g)
     if req.strict_level == "full" and compiler is not None:
-        _check_tool_schemas(req.callable_tools, compiler)
+        _check_tool_schemas(req.tools, {t.name for t in req.callable_tools}, compiler)
     end = b.lit(fmt.end_of_turn)
     tools = req.callable_tools
     syntax = fmt.tool_calls
@@ -171,10 +181,12 @@ def _content_schema(rf: Any) -> Any:
                           pointer="/response_format/type")
 
 
-def _check_tool_schemas(tools: tuple[Tool, ...], compiler: GrammarCompiler) -> None:
-    """Compile each tool's parameters alone first, for errors that name the tool's pointer."""
+def _check_tool_schemas(tools: tuple[Tool, ...], callable_names: set[str],
+                        compiler: GrammarCompiler) -> None:
+    """Compile each callable tool's parameters alone first, for errors that name the tool's
+    pointer (`/tools/<i>/function/parameters/...`, `i` as in the request)."""
     for i, t in enumerate(tools):
-        if t.parameters is None:
+        if t.parameters is None or t.name not in callable_names:
             continue
         try:
             compiler.compile(JsonSchema(t.parameters, strict=True))

@@ -91,19 +91,26 @@ class _Scan:
         if f.reasoning and self.text.startswith(f.reasoning.begin):
             start = len(f.reasoning.begin)
             end = self.text.find(f.reasoning.end, start)
+            pad = f.reasoning.pad
             if end < 0:
                 if not self.partial:
                     raise self.fail("reasoning block never ends")
                 body = self.text[start:]
-                self.turn.reasoning_content = body[:len(body) - _held(body, [f.reasoning.end])]
+                # hold back what may still become the pad + end marker
+                keep = len(body) - max(_held(body, [f.reasoning.end]) + len(pad),
+                                       _held(body, [pad + f.reasoning.end]))
+                self.turn.reasoning_content = body[:max(0, keep)]
                 self.pos = len(self.text)
                 return self.turn
-            self.turn.reasoning_content = self.text[start:end]
+            body = self.text[start:end]
+            body = body[:-len(pad)] if pad and body.endswith(pad) else body
+            self.turn.reasoning_content = body or None  # an empty block says nothing
             self.pos = end + len(f.reasoning.end)
         elif self.partial and f.reasoning and f.reasoning.begin.startswith(self.text):
             return self.turn  # cannot tell yet
         opener = f.tool_calls.opener if f.tool_calls else None
-        markers = [m for m in (opener, eot) if m]
+        glue = f.tool_calls.after_content if f.tool_calls else ""
+        markers = [m for m in (opener and glue + opener, opener, eot) if m]
         rest = self.text[self.pos:]
         cut = min((i for m in markers if (i := rest.find(m)) >= 0), default=-1)
         if cut < 0:
@@ -114,6 +121,8 @@ class _Scan:
             self.pos = len(self.text)
             return self.turn
         content = rest[:cut]
+        if glue and content.endswith(glue) and opener and rest.startswith(opener, cut):
+            content = content[:-len(glue)]
         self.turn.content = self._content(content) if content else None
         self.pos += cut
         if opener and self.text.startswith(opener, self.pos):
@@ -180,21 +189,20 @@ class _Scan:
             return True
         if not self.expect(s.name_prefix):
             return False
-        stop = s.index_sep or s.args_begin
-        end = self.text.find(stop, self.pos) if stop else -1
+        # The header (name, index) is final only once args_begin is seen.
+        end = self.text.find(s.args_begin, self.pos) if s.args_begin else -1
         if end < 0:
             if self.partial:
                 self.pos = len(self.text)
                 return False
-            raise self.fail("tool name never ends")
+            raise self.fail("tool call header never ends")
         name = self.text[self.pos:end]
-        self.pos = end
         if s.index_sep:
-            self.expect(s.index_sep)
-            digits = len(self.text[self.pos:]) - len(self.text[self.pos:].lstrip("0123456789"))
-            idx = self.text[self.pos:self.pos + digits]
-            self.pos += digits
+            name, sep, idx = name.rpartition(s.index_sep)
+            if not sep or not idx.isdigit():
+                raise self.fail("tool call index missing")
             call_id = f"{s.name_prefix}{name}{s.index_sep}{idx}"
+        self.pos = end
         call = ToolCall(index, name, "", call_id)
         self.turn.tool_calls.append(call)
         if not self.expect(s.args_begin):

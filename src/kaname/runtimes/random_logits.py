@@ -56,8 +56,11 @@ class RandomLogitsRuntime:
         self._row = np.empty(self._n_vocab, dtype=np.float32)
 
     def _make_bias(self, close_bias: float) -> NDArray[np.float32]:
+        # Closing tokens and special tokens (a format's markers) get the bias, so random text
+        # and JSON end within a few hundred tokens.
         closes, _ = token_classes(self._tokenizer)
-        return (closes * np.float32(close_bias)).astype(np.float32)
+        special = np.array([self._tokenizer.is_special_token(i) for i in range(self._n_vocab)])
+        return ((closes | special) * np.float32(close_bias)).astype(np.float32)
 
     @property
     def tokenizer(self) -> llg.LLTokenizer:

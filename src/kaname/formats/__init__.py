@@ -1,0 +1,31 @@
+"""Model families as data: one `ChatFormat` each yields prompt, grammar and parser."""
+
+from __future__ import annotations
+
+from ..errors import ConstraintError
+from .gemma3 import GEMMA3
+from .grammar import build_grammar
+from .kimi_k2 import KIMI_K2
+from .parser import FormatParseError, ParsedTurn, StreamParser, ToolCall, merge_deltas, parse
+from .plamo3 import PLAMO3
+from .qwen3 import QWEN3
+from .render import render_assistant, render_prompt
+from .request import Tool, TurnRequest, tools_from_openai
+from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
+
+FORMATS: dict[str, ChatFormat] = {f.name: f for f in (GEMMA3, QWEN3, KIMI_K2, PLAMO3)}
+_ALIASES = {a: f for f in FORMATS.values() for a in f.aliases}
+
+
+def get_format(name: str) -> ChatFormat:
+    fmt = FORMATS.get(name) or _ALIASES.get(name)
+    if fmt is None:
+        raise ConstraintError(f"unknown chat format {name!r}; known: {', '.join(FORMATS)}")
+    return fmt
+
+
+__all__ = [
+    "FORMATS", "ChatFormat", "FormatParseError", "ParsedTurn", "ReasoningSyntax", "StreamParser",
+    "Tool", "ToolCall", "ToolCallSyntax", "TurnRequest", "build_grammar", "get_format",
+    "merge_deltas", "parse", "render_assistant", "render_prompt", "tools_from_openai",
+]

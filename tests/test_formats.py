@@ -1,0 +1,239 @@
+"""Chat formats: one spec → prompt, grammar and parser, held together by a contract suite."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+
+from kaname.decoding import SamplingParams, decode
+from kaname.errors import ConstraintError
+from kaname.formats import (
+    FORMATS,
+    StreamParser,
+    Tool,
+    TurnRequest,
+    build_grammar,
+    get_format,
+    merge_deltas,
+    parse,
+    render_prompt,
+    tools_from_openai,
+)
+from kaname.grammar import GrammarCompiler, JsonSchema, Lark
+from kaname.runtimes.random_logits import RandomLogitsRuntime
+from kaname.runtimes.synthetic import synthetic_tokenizer
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Get weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+MESSAGES = [
+    {"role": "system", "content": "You are helpful."},
+    {"role": "user", "content": "Weather in Tokyo?"},
+    {"role": "assistant", "reasoning_content": "Need weather.", "content": "",
+     "tool_calls": [{"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Tokyo"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 20}'},
+]
+
+# Rendered with each model's official chat template (transformers' Jinja settings: tojson with
+# default separators and key order kept), for MESSAGES + TOOLS with add_generation_prompt.
+OFFICIAL_PROMPTS = {
+    "qwen3": (
+        "<|im_start|>system\nYou are helpful.\n\n# Tools\n\nYou may call one or more functions to"
+        " assist with the user query.\n\nYou are provided with function signatures within "
+        "<tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
+        "\"get_weather\", \"description\": \"Get weather\", \"parameters\": {\"type\": \"object\","
+        " \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n"
+        "</tools>\n\nFor each function call, return a json object with function name and "
+        "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+        "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\nWeather in Tokyo?<|im_end|>\n<|im_start|>assistant\n<think>\n"
+        "Need weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\": \"Tokyo\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"
+        "{\"temp\": 20}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+    "kimi_k2": (
+        "<|im_system|>tool_declare<|im_middle|>[{\"type\": \"function\", \"function\": "
+        "{\"name\": \"get_weather\", \"description\": \"Get weather\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+        "\"required\": [\"city\"]}}}]<|im_end|><|im_system|>system<|im_middle|>You are helpful."
+        "<|im_end|><|im_user|>user<|im_middle|>Weather in Tokyo?<|im_end|><|im_assistant|>"
+        "assistant<|im_middle|><think>Need weather.</think><|tool_calls_section_begin|>"
+        "<|tool_call_begin|>call_1<|tool_call_argument_begin|>{\"city\": \"Tokyo\"}"
+        "<|tool_call_end|><|tool_calls_section_end|><|im_end|><|im_system|>tool<|im_middle|>"
+        "## Return of call_1\n{\"temp\": 20}<|im_end|><|im_assistant|>assistant<|im_middle|>"),
+}
+# What the model itself emits for that assistant turn, per the official templates.
+OFFICIAL_TURNS = {
+    "qwen3": ("<think>\nNeed weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", "
+              "\"arguments\": {\"city\": \"Tokyo\"}}\n</tool_call><|im_end|>"),
+    "kimi_k2": ("<think>Need weather.</think><|tool_calls_section_begin|><|tool_call_begin|>"
+                "functions.get_weather:0<|tool_call_argument_begin|>{\"city\": \"Tokyo\"}"
+                "<|tool_call_end|><|tool_calls_section_end|><|im_end|>"),
+    # no public template: the output grammar of vLLM's PLaMo 3 parsers
+    "plamo3": ("<|plamo:begin_think:plamo|>Need weather.<|plamo:end_think:plamo|>"
+               "<|plamo:begin_tool_requests:plamo|><|plamo:begin_tool_request:plamo|>"
+               "<|plamo:begin_tool_name:plamo|>get_weather<|plamo:end_tool_name:plamo|>"
+               "<|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>"
+               "{\"city\": \"Tokyo\"}<|plamo:end_tool_arguments:plamo|>"
+               "<|plamo:end_tool_request:plamo|><|plamo:end_tool_requests:plamo|><|plamo:tag|>"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OFFICIAL_PROMPTS))
+def test_prompt_matches_official_template(name):
+    fmt = get_format(name)
+    assert render_prompt(fmt, MESSAGES, tools_from_openai(TOOLS)) == OFFICIAL_PROMPTS[name]
+
+
+@pytest.mark.parametrize("name", sorted(OFFICIAL_TURNS))
+def test_grammar_accepts_the_official_turn_and_parser_reads_it(name):
+    fmt = get_format(name)
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    req = TurnRequest(tools=tools_from_openai(TOOLS), reasoning="on")
+    compiled = GrammarCompiler(tok).compile(Lark(build_grammar(fmt, req, tok)))
+    text = OFFICIAL_TURNS[name]
+    m = compiled.new_matcher()
+    assert m.consume_tokens(tok.tokenize_str(text, parse_special=True)), m.get_error()
+    assert m.is_accepting()
+    turn = parse(fmt, text)
+    assert turn.reasoning_content == "Need weather."
+    assert turn.content is None
+    assert [(c.name, json.loads(c.arguments)) for c in turn.tool_calls] == [
+        ("get_weather", {"city": "Tokyo"})]
+
+
+def test_markers_are_tokens_where_the_vocabulary_has_them():
+    fmt = get_format("kimi_k2")
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    lark = build_grammar(fmt, TurnRequest(tools=tools_from_openai(TOOLS)), tok)
+    assert "<|tool_call_begin|>" not in lark and "<[" in lark  # by id, not by spelling
+    gemma_like, _ = synthetic_tokenizer(())
+    lark = build_grammar(fmt, TurnRequest(tools=tools_from_openai(TOOLS)), gemma_like)
+    assert '"<|tool_calls_section_begin|>' in lark  # no such token: spelled out
+
+
+def test_bad_requests():
+    with pytest.raises(ConstraintError, match="unknown function"):
+        TurnRequest(tools=tools_from_openai(TOOLS), tool_choice="nope")
+    with pytest.raises(ConstraintError, match="at least one tool"):
+        TurnRequest(tool_choice="required")
+    with pytest.raises(ConstraintError) as e:
+        tools_from_openai([{"type": "function", "function": {"parameters": {}}}])
+    assert e.value.pointer == "/tools/0/function"
+    with pytest.raises(ConstraintError, match="unknown chat format"):
+        get_format("nope")
+
+
+def test_unsupported_tool_schema_names_the_tool_pointer():
+    fmt = get_format("qwen3")
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    tools = (Tool("a", {"type": "object"}),
+             Tool("b", {"type": "object", "properties": {"x": {"type": "array",
+                                                              "uniqueItems": True}}}))
+    with pytest.raises(ConstraintError) as e:
+        build_grammar(fmt, TurnRequest(tools=tools), tok, compiler=GrammarCompiler(tok))
+    assert e.value.pointer == "/tools/1/function/parameters/properties/x/uniqueItems"
+
+
+# ---- the contract suite: every format, random requests, random-logits generation ----------
+
+def _tool_pool(schema_sample):
+    pool = []
+    for row in schema_sample:
+        if row["subset"] in ("Glaiveai2K", "MCPspec") and isinstance(row["schema"], dict) \
+                and row["schema"].get("type") == "object":
+            pool.append(row["schema"])
+    return pool
+
+
+def _random_request(rng: random.Random, pool, compiler) -> TurnRequest:
+    tools = []
+    for i in range(rng.randint(0, 3)):
+        params = rng.choice(pool)
+        try:
+            compiler.compile(JsonSchema(params))
+        except ConstraintError:
+            params = {"type": "object", "properties": {"q": {"type": "string"}},
+                      "required": ["q"]}
+        tools.append(Tool(f"tool_{i}", params))
+    choices = ["auto", "none"] + (["required", tools[0].name] if tools else [])
+    rf = rng.choice([None, {"type": "json_object"}, {"type": "json_schema", "json_schema": {
+        "name": "answer", "schema": {"type": "object", "properties": {
+            "answer": {"type": "string"}}, "required": ["answer"]}}}])
+    return TurnRequest(tools=tuple(tools), tool_choice=rng.choice(choices),
+                       parallel_tool_calls=rng.random() < 0.5, response_format=rf,
+                       reasoning=rng.choice(["off", "on", "required"]))
+
+
+def _check_contract(fmt, req: TurnRequest, text: str) -> None:
+    turn = parse(fmt, text)
+    by_name = {t.name: t for t in req.tools}
+    for call in turn.tool_calls:
+        assert call.name in {t.name for t in req.callable_tools}, call.name
+        params = by_name[call.name].parameters
+        jsonschema.validate(json.loads(call.arguments), params or {"type": "object"})
+    n = len(turn.tool_calls)
+    if req.tool_choice == "none" or not req.tools:
+        assert n == 0
+    if req.tool_choice not in ("none", "auto") and req.tools:
+        assert n >= 1
+    if not req.parallel_tool_calls:
+        assert n <= 1
+    if req.reasoning == "required" and fmt.reasoning is not None:
+        assert text.startswith(fmt.reasoning.begin)
+    if req.reasoning == "off":
+        assert turn.reasoning_content is None
+    if req.response_format and req.response_format.get("type") != "text" and turn.content:
+        json.loads(turn.content)
+    # streaming equals non-streaming under seeded random chunkings
+    for seed in range(100 if len(text) < 400 else 20):
+        r = random.Random(seed)
+        sp = StreamParser(fmt)
+        deltas, i = [], 0
+        while i < len(text):
+            step = r.randint(1, 12)
+            deltas += sp.feed(text[i:i + step])
+            i += step
+        _, rest = sp.finish()
+        merged = merge_deltas(deltas + rest)
+        assert merged["content"] == turn.content
+        assert merged["reasoning_content"] == turn.reasoning_content
+        assert [(c["id"], c["function"]) for c in merged["tool_calls"]] == [
+            (c.id, c.to_openai()["function"]) for c in turn.tool_calls]
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_format_contract_synthetic_vocab(name, schema_sample):
+    fmt = get_format(name)
+    tok, eos = synthetic_tokenizer(fmt.special_tokens)
+    _run_contract(fmt, tok, eos, schema_sample, n=40, min_stop=20)
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_format_contract_gemma_vocab(name, gemma, schema_sample):
+    """With Gemma's vocabulary most markers are spelled out: the lazy text path."""
+    # A random model rarely spells a 20-character marker by chance, so fewer turns end.
+    _run_contract(get_format(name), gemma.tokenizer, gemma.eos_token_ids, schema_sample, n=24,
+                  min_stop=4)
+
+
+def _run_contract(fmt, tok, eos, schema_sample, n, min_stop):
+    pool = _tool_pool(schema_sample)
+    assert pool
+    compiler = GrammarCompiler(tok)
+    runtime = RandomLogitsRuntime(tok, eos_token_ids=eos)
+    rng = random.Random(fmt.name)
+    stops = 0
+    for i in range(n):
+        req = _random_request(rng, pool, compiler)
+        compiled = compiler.compile(Lark(build_grammar(fmt, req, tok, compiler=compiler)))
+        runtime.seed = i
+        d = decode(runtime, [0], compiled.new_matcher(), SamplingParams(), max_tokens=400)
+        if d.finish_reason == "stop":
+            stops += 1
+            _check_contract(fmt, req, d.text)
+    assert stops >= min_stop
