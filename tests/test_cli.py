@@ -112,3 +112,40 @@ def test_too_costly_grammar(tmp_path):
 ])
 def test_bad_arguments(args, words):
     assert_bad_input(kaname("generate", *args, "x"), *words)
+
+
+MESSAGES = '[{"role": "user", "content": "Weather in Tokyo?"}]'
+TOOLS = ('[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": '
+         '"object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]')
+
+
+def test_formats_json():
+    p = kaname("formats", "--json")
+    assert p.returncode == 0
+    names = {f["name"] for f in json.loads(p.stdout)}
+    assert {"gemma3", "qwen3", "kimi_k2", "plamo3"} <= names
+
+
+@pytest.mark.parametrize("fmt", ["gemma3", "qwen3", "kimi_k2", "plamo3"])
+def test_chat_random_model_every_format(fmt):
+    p = kaname("chat", "--model", "random", "--format", fmt, "--messages", MESSAGES,
+               "--tools", TOOLS, "--tool-choice", "get_weather", "--parallel-tool-calls",
+               "false", "--json", "--seed", "2")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert set(out) == {"message", "finish_reason", "usage"}
+    assert out["message"]["role"] == "assistant"
+    if out["finish_reason"] != "length":
+        assert out["finish_reason"] == "tool_calls"
+        [call] = out["message"]["tool_calls"]
+        assert call["function"]["name"] == "get_weather"
+        assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--format", "nope"], ["unknown chat format"]),
+    (["--tools", TOOLS, "--tool-choice", "nope"], ["unknown function"]),
+    (["--tool-choice", "required"], ["at least one tool"]),
+])
+def test_chat_bad_input(args, words):
+    assert_bad_input(kaname("chat", "--model", "random", "--messages", MESSAGES, *args), *words)

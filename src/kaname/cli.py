@@ -111,6 +111,73 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runtime_for_format(model: str, fmt, seed: int | None):  # type: ignore[no-untyped-def]
+    """`random`/`adversarial` carry the format's special tokens: the Gemma vocabulary for
+    gemma3, a synthetic vocabulary with the format's tokens otherwise."""
+    from .runtimes.random_logits import AdversarialRuntime, RandomLogitsRuntime
+    from .runtimes.synthetic import synthetic_tokenizer
+
+    if model not in ("random", "adversarial") or fmt.name == "gemma3":
+        return load_runtime(model, seed)
+    tokenizer, eos = synthetic_tokenizer(fmt.special_tokens)
+    cls = RandomLogitsRuntime if model == "random" else AdversarialRuntime
+    return cls(tokenizer, seed=seed or 0, eos_token_ids=eos)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from .chat import chat
+    from .engine import Engine
+    from .formats import get_format
+
+    messages = _read_json(args.messages, "--messages")
+    tools = _read_json(args.tools, "--tools") if args.tools else None
+    rf = _read_json(args.response_format, "--response-format") if args.response_format else None
+    if not isinstance(messages, list):
+        _fail("--messages must be a JSON list of messages")
+    if tools is not None and not isinstance(tools, list):
+        _fail("--tools must be a JSON list of tools")
+    try:
+        fmt = get_format(args.format)
+        engine = Engine(_runtime_for_format(args.model, fmt, args.seed))
+        result = chat(engine, fmt, messages, tools=tools, tool_choice=args.tool_choice,
+                      parallel_tool_calls=args.parallel_tool_calls == "true",
+                      response_format=rf, reasoning=args.reasoning,
+                      max_reasoning_tokens=args.max_reasoning_tokens,
+                      strict_level=args.strict_level, max_tokens=args.max_tokens,
+                      temperature=args.temperature, seed=args.seed)
+    except (ConstraintError, ValueError) as e:
+        _fail(str(e))
+    except KanameError as e:
+        print(f"kaname: error: {_one_line(str(e))}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result.to_json(), ensure_ascii=False))
+    else:
+        m = result.message
+        if m.get("reasoning_content"):
+            print(f"[reasoning] {m['reasoning_content']}")
+        if m.get("content"):
+            print(m["content"])
+        for call in m.get("tool_calls", []):
+            print(f"[tool call] {call['function']['name']}({call['function']['arguments']})")
+        print(f"[finish={result.finish_reason}]", file=sys.stderr)
+    return 0
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    from .formats import FORMATS
+
+    rows = [{"name": f.name, "aliases": list(f.aliases), "description": f.description,
+             "source": f.source, "reasoning": f.reasoning is not None,
+             "tool_calls": f.tool_calls is not None} for f in FORMATS.values()]
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False))
+    else:
+        for r in rows:
+            print(f"{r['name']:<10} {r['description']}")
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import engine_bench
 
@@ -138,6 +205,30 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-tokens", type=int, default=256)
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(func=cmd_generate)
+
+    c = sub.add_parser("chat", help="one assistant turn in a model's chat format")
+    c.add_argument("--model", default="default",
+                   help="default (embedded Gemma 3 270M), random, adversarial or PATH.gguf")
+    c.add_argument("--format", default="gemma3", help="chat format (see `kaname formats`)")
+    c.add_argument("--messages", required=True, metavar="FILE.json",
+                   help="OpenAI messages list (file or inline JSON)")
+    c.add_argument("--tools", metavar="FILE.json", help="OpenAI tools list")
+    c.add_argument("--tool-choice", default="auto",
+                   help="auto, required, none or a function name")
+    c.add_argument("--parallel-tool-calls", choices=["true", "false"], default="true")
+    c.add_argument("--response-format", metavar="FILE_OR_JSON")
+    c.add_argument("--reasoning", choices=["on", "off", "required"], default="off")
+    c.add_argument("--max-reasoning-tokens", type=int, default=None)
+    c.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
+    c.add_argument("--seed", type=int, default=None)
+    c.add_argument("--temperature", type=float, default=0.0)
+    c.add_argument("--max-tokens", type=int, default=512)
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c.set_defaults(func=cmd_chat)
+
+    f = sub.add_parser("formats", help="list the chat formats")
+    f.add_argument("--json", action="store_true", help="a JSON list of objects with 'name'")
+    f.set_defaults(func=cmd_formats)
 
     b = sub.add_parser("bench", help="run a benchmark and print its figures")
     b.add_argument("suite", choices=["engine"])

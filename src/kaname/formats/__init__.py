@@ -6,7 +6,15 @@ from ..errors import ConstraintError
 from .gemma3 import GEMMA3
 from .grammar import build_grammar
 from .kimi_k2 import KIMI_K2
-from .parser import FormatParseError, ParsedTurn, StreamParser, ToolCall, merge_deltas, parse
+from .parser import (
+    FormatParseError,
+    ParsedTurn,
+    StreamParser,
+    ToolCall,
+    merge_deltas,
+    parse,
+    parse_partial,
+)
 from .plamo3 import PLAMO3
 from .qwen3 import QWEN3
 from .render import render_assistant, render_prompt
@@ -27,5 +35,6 @@ def get_format(name: str) -> ChatFormat:
 __all__ = [
     "FORMATS", "ChatFormat", "FormatParseError", "ParsedTurn", "ReasoningSyntax", "StreamParser",
     "Tool", "ToolCall", "ToolCallSyntax", "TurnRequest", "build_grammar", "get_format",
-    "merge_deltas", "parse", "render_assistant", "render_prompt", "tools_from_openai",
+    "merge_deltas", "parse", "parse_partial", "render_assistant", "render_prompt",
+    "tools_from_openai",
 ]

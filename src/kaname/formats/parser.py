@@ -225,6 +225,12 @@ class _Scan:
         return value, True
 
 
+def parse_partial(fmt: ChatFormat, text: str, *, id_prefix: str = "call_") -> ParsedTurn:
+    """What can be read from a turn cut short (finish_reason "length"): nothing is dropped
+    except a marker or tool call still being written."""
+    return _Scan(fmt, text, True, id_prefix).run()
+
+
 def parse(fmt: ChatFormat, text: str, *, id_prefix: str = "call_") -> ParsedTurn:
     """Parse a complete assistant turn (end-of-turn marker included or not)."""
     if not text.rstrip().endswith(fmt.end_of_turn):
