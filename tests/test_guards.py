@@ -75,3 +75,19 @@ def test_whitespace_guard(gemma, guards, text, ok):
         JsonSchema({"type": "object", "properties": {"a": {"type": "integer"}}}))
     m = c.new_matcher()
     assert (m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()) is ok
+
+
+@pytest.mark.parametrize("pattern, value", [("^[^\\\\]*$", "a\\b"), ('^[^"]*$', 'a"b'),
+                                            ("^[A-Za-z0-9_][^<>*#.%&:\\\\+?/]*$", "a\\b")])
+def test_negated_pattern_classes_exclude_escaped_characters(gemma, pattern, value):
+    """llguidance 1.9.1 alone accepts these (a negated class matches the JSON escape); the
+    random-logits property test found it on a JSONSchemaBench schema."""
+    c = GrammarCompiler(gemma.tokenizer).compile(JsonSchema({"type": "string",
+                                                             "pattern": pattern}))
+    m = c.new_matcher()
+    text = json.dumps(value)
+    assert not (m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting())
+    assert c.validate(text) is False
+    assert c.caps["no_quote_or_backslash_escapes"]["at"] == ["/pattern"]
+    m = c.new_matcher()
+    assert m.consume_tokens(gemma.tokenizer.tokenize_str('"ab"')) and m.is_accepting()

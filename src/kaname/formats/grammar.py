@@ -20,7 +20,7 @@ import llguidance as llg
 
 from ..errors import ConstraintError
 from ..grammar import GrammarCompiler, Guards, JsonSchema
-from ..grammar.guards import apply_guards, whitespace_options
+from ..grammar.guards import apply_guards, escape_options, whitespace_options
 from .request import Tool, TurnRequest
 from .spec import ChatFormat
 
@@ -78,10 +78,11 @@ class _Builder:
 
     def json(self, schema: Any) -> str:
         guarded = apply_guards(schema, self.guards).schema
+        options = {**whitespace_options(self.guards), **escape_options(schema)[0]}
         if isinstance(guarded, dict):
-            guarded = {**guarded, "x-guidance": whitespace_options(self.guards)}
+            guarded = {**guarded, "x-guidance": options}
         elif guarded is True:
-            guarded = {"x-guidance": whitespace_options(self.guards)}
+            guarded = {"x-guidance": options}
         return "%json " + json.dumps(guarded, ensure_ascii=False)
 
 

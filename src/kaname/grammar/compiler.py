@@ -28,7 +28,7 @@ from ..errors import (
     UnsupportedSchemaError,
 )
 from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex, Text
-from .guards import Guards, apply_guards, whitespace_options
+from .guards import Guards, apply_guards, escape_options, whitespace_options
 from .schema_walk import escape, format_pointers, keyword_pointers
 
 # A bounded "any JSON value" so json_object mode gets the number guards too.
@@ -221,7 +221,8 @@ class GrammarCompiler:
             strict = c.strict
             _check_metaschema(user_schema)
         guarded = apply_guards(schema, g)
-        options: dict[str, Any] = {**whitespace_options(g), "lenient": not strict}
+        escapes, escape_at = escape_options(schema)
+        options: dict[str, Any] = {**whitespace_options(g), **escapes, "lenient": not strict}
         if not strict:
             options["coerce_one_of"] = True
         try:
@@ -238,6 +239,8 @@ class GrammarCompiler:
             raise _schema_error(messages[0] if messages else "unknown error", user_schema)
         not_enforced = tuple(_not_enforced(messages, user_schema)) if not strict else ()
         caps = dict(guarded.applied)
+        if escape_at:
+            caps["no_quote_or_backslash_escapes"] = {"at": escape_at}
         if g.separators is not None:
             caps["separators"] = {"value": list(g.separators)}
         elif g.max_whitespace is not None:

@@ -134,3 +134,44 @@ def whitespace_options(guards: Guards) -> dict[str, Any]:
     if guards.max_whitespace == 0:
         return {"whitespace_flexible": False}
     return {"whitespace_pattern": rf"[\x20\x0A\x0D\x09]{{0,{guards.max_whitespace}}}"}
+
+
+# llguidance 1.9.1 lets a negated class in `pattern` match a JSON escape: `^[^\\]*$` accepts
+# "a\\b" and `^[^"]*$` accepts "a\"b" (found by the random-logits property test). Where a
+# schema has patterns, strings may therefore not use the `\"` and `\\` escapes at all (`\u`
+# escapes of printable characters are refused by llguidance anyway): a narrowing, never a
+# widening.
+_PATTERN_KEYWORDS = ("pattern", "patternProperties", "propertyNames")
+_SAFE_ESCAPES = "nrbtfu"
+
+
+def escape_options(schema: Any) -> tuple[dict[str, Any], list[str]]:
+    """(llguidance options, pointers of the patterns that made them necessary)."""
+    from .schema_walk import keyword_pointers
+
+    at = [p for k in _PATTERN_KEYWORDS for p in keyword_pointers(schema, k)
+          if _negates(_resolve(schema, p))]
+    return ({"json_allowed_escapes": _SAFE_ESCAPES} if at else {}), at
+
+
+_NEGATIONS = ("[^", "\\W", "\\S", "\\D")
+
+
+def _negates(value: Any) -> bool:
+    """Whether a pattern, or any key or string inside a patternProperties / propertyNames
+    value, has a negated class: the construct that leaks."""
+    if isinstance(value, str):
+        return any(n in value for n in _NEGATIONS)
+    if isinstance(value, dict):
+        return any(_negates(k) or _negates(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_negates(v) for v in value)
+    return False
+
+
+def _resolve(schema: Any, pointer: str) -> Any:
+    node = schema
+    for part in pointer.split("/")[1:]:
+        key = part.replace("~1", "/").replace("~0", "~")
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node
