@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -24,6 +26,23 @@ def _one_line(message: str) -> str:
 def _fail(message: str) -> NoReturn:
     print(f"kaname: error: {_one_line(message)}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def _exit_codes(command: Callable[[argparse.Namespace], int]
+                ) -> Callable[[argparse.Namespace], int]:
+    """Bad input exits 2 with one line; other kaname errors exit 1 with one line."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (ConstraintError, ValueError) as e:
+            _fail(str(e))
+        except KanameError as e:
+            print(f"kaname: error: {_one_line(str(e))}", file=sys.stderr)
+            return 1
+
+    return run
 
 
 def _read_json(arg: str, what: str) -> Any:
@@ -83,22 +102,17 @@ def _constraint(args: argparse.Namespace) -> Any:
     return None
 
 
+@_exit_codes
 def cmd_generate(args: argparse.Namespace) -> int:
     from .engine import Engine
     from .grammar import to_constraint
 
-    try:
-        constraint = to_constraint(_constraint(args))
-        if args.max_tokens < 1:
-            _fail("--max-tokens must be >= 1")
-        engine = Engine(load_runtime(args.model, args.seed))
-        result = engine.generate(args.prompt, constraint, max_tokens=args.max_tokens,
-                                 temperature=args.temperature, seed=args.seed)
-    except (ConstraintError, ValueError) as e:
-        _fail(str(e))
-    except KanameError as e:
-        print(f"kaname: error: {_one_line(str(e))}", file=sys.stderr)
-        return 1
+    constraint = to_constraint(_constraint(args))
+    if args.max_tokens < 1:
+        _fail("--max-tokens must be >= 1")
+    engine = Engine(load_runtime(args.model, args.seed))
+    result = engine.generate(args.prompt, constraint, max_tokens=args.max_tokens,
+                             temperature=args.temperature, seed=args.seed)
     if args.json:
         out = result.to_json()
         print(json.dumps({k: out[k] for k in ("text", "finish_reason", "usage", "valid")},
@@ -124,6 +138,7 @@ def _runtime_for_format(model: str, fmt, seed: int | None):  # type: ignore[no-u
     return cls(tokenizer, seed=seed or 0, eos_token_ids=eos)
 
 
+@_exit_codes
 def cmd_chat(args: argparse.Namespace) -> int:
     from .chat import chat
     from .engine import Engine
@@ -136,20 +151,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _fail("--messages must be a JSON list of messages")
     if tools is not None and not isinstance(tools, list):
         _fail("--tools must be a JSON list of tools")
-    try:
-        fmt = get_format(args.format)
-        engine = Engine(_runtime_for_format(args.model, fmt, args.seed))
-        result = chat(engine, fmt, messages, tools=tools, tool_choice=args.tool_choice,
-                      parallel_tool_calls=args.parallel_tool_calls == "true",
-                      response_format=rf, reasoning=args.reasoning,
-                      max_reasoning_tokens=args.max_reasoning_tokens,
-                      strict_level=args.strict_level, max_tokens=args.max_tokens,
-                      temperature=args.temperature, seed=args.seed)
-    except (ConstraintError, ValueError) as e:
-        _fail(str(e))
-    except KanameError as e:
-        print(f"kaname: error: {_one_line(str(e))}", file=sys.stderr)
-        return 1
+    fmt = get_format(args.format)
+    engine = Engine(_runtime_for_format(args.model, fmt, args.seed))
+    result = chat(engine, fmt, messages, tools=tools, tool_choice=args.tool_choice,
+                  parallel_tool_calls=args.parallel_tool_calls == "true",
+                  response_format=rf, reasoning=args.reasoning,
+                  max_reasoning_tokens=args.max_reasoning_tokens,
+                  strict_level=args.strict_level, max_tokens=args.max_tokens,
+                  temperature=args.temperature, seed=args.seed)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:

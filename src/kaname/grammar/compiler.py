@@ -294,23 +294,28 @@ _LIMITATIONS = (
 )
 
 
+def _unsupported(message: str) -> tuple[list[str], str | None]:
+    """(unimplemented keywords, unknown format) named in an llguidance message."""
+    m = _UNIMPLEMENTED.search(message)
+    keywords = json.loads(f"[{m.group(1)}]") if m else []
+    m = _UNKNOWN_FORMAT.search(message)
+    return keywords, m.group(1).strip("\"'") if m else None
+
+
 def _schema_error(message: str, schema: Any) -> ConstraintError:
     where = _WHERE.search(message)
     message = _first_line(message)
-    m = _UNIMPLEMENTED.search(message)
-    if m:
-        keywords = json.loads(f"[{m.group(1)}]")
+    keywords, fmt = _unsupported(message)
+    if keywords:
         pointers = [p for k in keywords for p in keyword_pointers(schema, k)]
-        keyword = keywords[0] if keywords else None
+        keyword = keywords[0]
         pointer = pointers[0] if pointers else None
         return UnsupportedSchemaError(
             f"unsupported JSON Schema keyword '{keyword}' at '{pointer}' cannot be enforced "
             f"(all: {', '.join(pointers) or keywords}); remove it or set strict=false to skip "
             "it and post-check instead",
             keyword=keyword, pointer=pointer)
-    m = _UNKNOWN_FORMAT.search(message)
-    if m:
-        fmt = m.group(1).strip("\"'")
+    if fmt is not None:
         pointers = format_pointers(schema, fmt)
         pointer = pointers[0] if pointers else None
         return UnsupportedSchemaError(
@@ -337,14 +342,11 @@ def _schema_error(message: str, schema: Any) -> ConstraintError:
 def _not_enforced(messages: list[str], schema: Any) -> list[NotEnforced]:
     found: list[NotEnforced] = []
     for message in messages:
-        m = _UNIMPLEMENTED.search(message)
-        if m:
-            for k in json.loads(f"[{m.group(1)}]"):
-                found += [NotEnforced(k, p) for p in keyword_pointers(schema, k)] or [
-                    NotEnforced(k, "")]
-        m = _UNKNOWN_FORMAT.search(message)
-        if m:
-            fmt = m.group(1).strip("\"'")
+        keywords, fmt = _unsupported(message)
+        for k in keywords:
+            found += [NotEnforced(k, p) for p in keyword_pointers(schema, k)] or [
+                NotEnforced(k, "")]
+        if fmt is not None:
             found += [NotEnforced("format", p) for p in format_pointers(schema, fmt)]
     return list(dict.fromkeys(found))
 

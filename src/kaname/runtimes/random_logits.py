@@ -23,18 +23,22 @@ _BANK_ROWS = 64
 
 
 @functools.lru_cache(maxsize=4)
-def token_classes(tokenizer: llg.LLTokenizer) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
-    """(closes_structure, whitespace_or_quote) flags per token id, from token bytes."""
+def token_classes(tokenizer: llg.LLTokenizer
+                  ) -> tuple[NDArray[np.bool_], NDArray[np.bool_], NDArray[np.bool_]]:
+    """(closes_structure, whitespace_or_quote, special) flags per token id, in one pass over
+    the vocabulary (262k tokens: done once per tokenizer)."""
     n = tokenizer.vocab_size
     closes = np.zeros(n, dtype=bool)
     ws_quote = np.zeros(n, dtype=bool)
+    special = np.zeros(n, dtype=bool)
     for i in range(n):
         b = tokenizer.decode_bytes([i])
-        if not b or tokenizer.is_special_token(i):
+        special[i] = tokenizer.is_special_token(i)
+        if not b or special[i]:
             continue
         closes[i] = any(c in b for c in (b'"', b"}", b"]", b","))
         ws_quote[i] = b.strip() == b"" or b.strip() == b'"' or set(b) <= set(b' \t\n\r"')
-    return closes, ws_quote
+    return closes, ws_quote, special
 
 
 class RandomLogitsRuntime:
@@ -58,8 +62,7 @@ class RandomLogitsRuntime:
     def _make_bias(self, close_bias: float) -> NDArray[np.float32]:
         # Closing tokens and special tokens (a format's markers) get the bias, so random text
         # and JSON end within a few hundred tokens.
-        closes, _ = token_classes(self._tokenizer)
-        special = np.array([self._tokenizer.is_special_token(i) for i in range(self._n_vocab)])
+        closes, _, special = token_classes(self._tokenizer)
         return ((closes | special) * np.float32(close_bias)).astype(np.float32)
 
     @property
@@ -105,5 +108,5 @@ class AdversarialRuntime(RandomLogitsRuntime):
         super().__init__(tokenizer, seed=seed, **kwargs)  # type: ignore[arg-type]
 
     def _make_bias(self, close_bias: float) -> NDArray[np.float32]:
-        _, ws_quote = token_classes(self._tokenizer)
+        _, ws_quote, _ = token_classes(self._tokenizer)
         return (ws_quote * np.float32(self._preference)).astype(np.float32)
