@@ -195,6 +195,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _fail(f"unknown benchmark {args.suite!r}")
 
 
+@_exit_codes
+def cmd_bench_toolcall(args: argparse.Namespace) -> int:
+    from .bench import toolcall
+
+    return toolcall.cli_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kaname", description="Constrained decoding: output valid by construction.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -240,10 +247,18 @@ def build_parser() -> argparse.ArgumentParser:
     f.set_defaults(func=cmd_formats)
 
     b = sub.add_parser("bench", help="run a benchmark and print its figures")
-    b.add_argument("suite", choices=["engine"])
-    b.add_argument("--quick", action="store_true", help="small inputs (smoke run)")
-    b.add_argument("--json", action="store_true", help="print one JSON object")
-    b.set_defaults(func=cmd_bench)
+    # one subparser per suite: each suite has its own options (--model, --out, ...)
+    bs = b.add_subparsers(dest="suite", required=True, parser_class=_Parser)
+    be = bs.add_parser("engine", help="constraint cost per token and tokens/s (embedded model)")
+    be.add_argument("--quick", action="store_true", help="small inputs (smoke run)")
+    be.add_argument("--json", action="store_true", help="print one JSON object")
+    be.set_defaults(func=cmd_bench)
+    bt = bs.add_parser("toolcall", help="K2VV tool-call benchmark against an OpenAI-compatible "
+                       "endpoint: schema accuracy and trigger F1")
+    from .bench import toolcall
+
+    toolcall.add_arguments(bt)
+    bt.set_defaults(func=cmd_bench_toolcall)
     return p
 
 
