@@ -1,5 +1,9 @@
 """A whole chat turn under one grammar: render the prompt, constrain, parse, answer in
-OpenAI's assistant-message shape."""
+OpenAI's assistant-message shape.
+
+`prepare_turn` and `finish_turn` are the two halves around generation; the server uses them
+with its own (streamed, local or upstream) generation, `chat` with the engine's.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import llguidance as llg
+
 from .engine import Enforced, Engine
 from .formats import (
     ChatFormat,
+    ParsedTurn,
     TurnRequest,
     build_grammar,
     parse,
@@ -19,7 +26,55 @@ from .formats import (
     tools_from_openai,
 )
 from .formats.request import ReasoningMode, StrictLevel
-from .grammar import Lark
+from .grammar import GrammarCompiler, Lark
+
+
+@dataclass
+class PreparedTurn:
+    """What generation needs: the prompt (as the format renders it, BOS included) and the Lark
+    grammar of the whole assistant turn."""
+
+    fmt: ChatFormat
+    request: TurnRequest
+    prompt: str
+    grammar: str
+
+    @property
+    def prompt_without_bos(self) -> str:
+        """Tokenizers that add the model's BOS themselves take the prompt without it."""
+        bos = self.fmt.bos
+        return self.prompt.removeprefix(bos) if bos else self.prompt
+
+
+def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
+                 tokenizer: llg.LLTokenizer, compiler: GrammarCompiler | None = None, *,
+                 tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: str = "auto",
+                 parallel_tool_calls: bool = True,
+                 response_format: Mapping[str, Any] | None = None,
+                 reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
+                 strict_level: StrictLevel = "full") -> PreparedTurn:
+    """Render and build the grammar; ConstraintError (a 400) for what cannot be enforced."""
+    req = TurnRequest(tools=tools_from_openai(tools), tool_choice=tool_choice,
+                      parallel_tool_calls=parallel_tool_calls, response_format=response_format,
+                      reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
+                      strict_level=strict_level)
+    guards = compiler.guards if compiler is not None else None
+    lark = build_grammar(fmt, req, tokenizer, guards=guards, compiler=compiler)
+    return PreparedTurn(fmt, req, render_prompt(fmt, messages, req.tools), lark)
+
+
+def new_call_id_prefix() -> str:
+    """Tool-call ids unique across requests: call_<12 hex>_<index>."""
+    return f"call_{uuid.uuid4().hex[:12]}_"
+
+
+def finish_turn(fmt: ChatFormat, text: str, finish_reason: str, *,
+                id_prefix: str) -> tuple[ParsedTurn, str]:
+    """Parse the generated text; the OpenAI finish_reason (stop | tool_calls | length)."""
+    if finish_reason == "stop":
+        turn = parse(fmt, text, id_prefix=id_prefix)
+        return turn, "tool_calls" if turn.tool_calls else "stop"
+    return parse_partial(fmt, text, id_prefix=id_prefix), "length"
 
 
 @dataclass
@@ -43,26 +98,15 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
          seed: int | None = None) -> ChatResult:
     """One assistant turn. Raises ConstraintError (a 400) for requests that cannot be
     enforced."""
-    req = TurnRequest(tools=tools_from_openai(tools), tool_choice=tool_choice,
-                      parallel_tool_calls=parallel_tool_calls, response_format=response_format,
-                      reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
-                      strict_level=strict_level)
-    tokenizer = engine.runtime.tokenizer
-    lark = build_grammar(fmt, req, tokenizer, guards=engine.compiler.guards,
-                         compiler=engine.compiler)
-    prompt = render_prompt(fmt, messages, req.tools)
-    # The runtime's tokenizer adds the model's BOS itself, as for any raw prompt.
-    prompt = prompt.removeprefix(fmt.bos) if fmt.bos else prompt
-    result = engine.generate(prompt, Lark(lark), max_tokens=max_tokens, temperature=temperature,
-                             seed=seed)
-    id_prefix = f"call_{uuid.uuid4().hex[:12]}_"
-    if result.finish_reason == "stop":
-        turn = parse(fmt, result.text, id_prefix=id_prefix)
-        finish = "tool_calls" if turn.tool_calls else "stop"
-    else:
-        turn = parse_partial(fmt, result.text, id_prefix=id_prefix)
-        finish = "length"
+    turn = prepare_turn(fmt, messages, engine.runtime.tokenizer, engine.compiler, tools=tools,
+                        tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
+                        response_format=response_format, reasoning=reasoning,
+                        max_reasoning_tokens=max_reasoning_tokens, strict_level=strict_level)
+    result = engine.generate(turn.prompt_without_bos, Lark(turn.grammar), max_tokens=max_tokens,
+                             temperature=temperature, seed=seed)
+    parsed, finish = finish_turn(fmt, result.text, result.finish_reason,
+                                 id_prefix=new_call_id_prefix())
     usage = {"prompt_tokens": result.usage.prompt_tokens,
              "completion_tokens": result.usage.completion_tokens,
              "total_tokens": result.usage.prompt_tokens + result.usage.completion_tokens}
-    return ChatResult(turn.to_message(), finish, usage, result.enforced, result.text)
+    return ChatResult(parsed.to_message(), finish, usage, result.enforced, result.text)

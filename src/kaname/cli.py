@@ -173,6 +173,35 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+@_exit_codes
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .formats import get_format
+    from .server import ServerConfig, build_app
+
+    get_format(args.format)  # an unknown format fails here, with exit code 2
+    if args.upstream and not args.upstream.startswith(("http://", "https://")):
+        _fail("--upstream must be an http(s) URL such as http://127.0.0.1:8001/v1")
+    for name in ("max_concurrency", "max_queue", "port"):
+        if getattr(args, name) < (0 if name == "max_queue" else 1):
+            _fail(f"--{name.replace('_', '-')} is out of range")
+    config = ServerConfig(
+        model=args.model, format=args.format, host=args.host, port=args.port,
+        api_key=args.api_key, upstream=args.upstream, upstream_model=args.upstream_model,
+        upstream_api_key=args.upstream_api_key, served_model_name=args.served_model_name,
+        strict_level=args.strict_level, max_concurrency=args.max_concurrency,
+        max_queue=args.max_queue, request_timeout=args.request_timeout,
+        max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0)
+    app = build_app(config, _runtime_for_format)
+    where = f"upstream {config.upstream}" if config.upstream else f"model {config.model}"
+    print(f"kaname: serving {config.model_id()} ({where}, format {config.format}) on "
+          f"http://{config.host}:{config.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=config.host, port=config.port, log_level=args.log_level,
+                timeout_graceful_shutdown=int(args.graceful_shutdown))
+    return 0
+
+
 def cmd_formats(args: argparse.Namespace) -> int:
     from .formats import FORMATS
 
@@ -200,6 +229,13 @@ def cmd_bench_toolcall(args: argparse.Namespace) -> int:
     from .bench import toolcall
 
     return toolcall.cli_main(args)
+
+
+@_exit_codes
+def cmd_bench_schemas(args: argparse.Namespace) -> int:
+    from .bench import schemas
+
+    return schemas.main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -242,6 +278,33 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_chat)
 
+    s = sub.add_parser("serve", help="OpenAI-compatible server (local model or upstream proxy)")
+    s.add_argument("--model", default="default",
+                   help="default (embedded Gemma 3 270M), random, adversarial or PATH.gguf; "
+                        "with --upstream, the vocabulary the grammar is built for")
+    s.add_argument("--format", default="gemma3", help="chat format (see `kaname formats`)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY`")
+    s.add_argument("--upstream", default=None, metavar="URL",
+                   help="OpenAI-compatible base URL to send prompt + grammar to, e.g. "
+                        "http://127.0.0.1:8001/v1")
+    s.add_argument("--upstream-model", default=None, help="model name at the upstream")
+    s.add_argument("--upstream-api-key", default=None)
+    s.add_argument("--served-model-name", default=None, help="model id clients use")
+    s.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
+    s.add_argument("--max-concurrency", type=int, default=1,
+                   help="generations at once (local: model replicas)")
+    s.add_argument("--max-queue", type=int, default=64,
+                   help="requests waiting beyond those; more are answered 429")
+    s.add_argument("--request-timeout", type=float, default=300.0, help="seconds (504 after)")
+    s.add_argument("--max-tokens-limit", type=int, default=8192)
+    s.add_argument("--graceful-shutdown", type=float, default=30.0,
+                   help="seconds in-flight requests get on shutdown")
+    s.add_argument("--seed", type=int, default=None, help="seed of the random test models")
+    s.add_argument("--log-level", default="warning")
+    s.set_defaults(func=cmd_serve)
+
     f = sub.add_parser("formats", help="list the chat formats")
     f.add_argument("--json", action="store_true", help="a JSON list of objects with 'name'")
     f.set_defaults(func=cmd_formats)
@@ -259,6 +322,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     toolcall.add_arguments(bt)
     bt.set_defaults(func=cmd_bench_toolcall)
+    bsc = bs.add_parser("schemas", help="JSONSchemaBench: kaname and peer engines on one "
+                        "vocabulary (compile success, correctness, mask time)")
+    from .bench import schemas
+
+    schemas.add_arguments(bsc)
+    bsc.set_defaults(func=cmd_bench_schemas)
     return p
 
 

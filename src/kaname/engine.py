@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -47,6 +47,8 @@ class GenerationResult:
     enforced: Enforced
     parsed: Any = None
     stats: dict[str, int] = field(default_factory=dict)
+    # ns spent on the constraint per sampled token (model excluded): for metrics
+    constraint_ns: list[int] = field(default_factory=list, repr=False)
 
     @property
     def complete(self) -> bool:
@@ -68,9 +70,11 @@ class Engine:
     time per runtime (a lock serialises them, since a model context is single-stream)."""
 
     def __init__(self, runtime: Runtime, *, guards: Guards | None = None,
-                 cache_size: int = 256):
+                 cache_size: int = 256, compiler: GrammarCompiler | None = None):
         self.runtime = runtime
-        self.compiler = GrammarCompiler(runtime.tokenizer, guards=guards, cache_size=cache_size)
+        # Engines over one vocabulary (a server's replicas) may share one compile cache.
+        self.compiler = compiler or GrammarCompiler(runtime.tokenizer, guards=guards,
+                                                    cache_size=cache_size)
         self._lock = threading.Lock()
 
     @classmethod
@@ -97,16 +101,18 @@ class Engine:
         stop: Sequence[str] = (),
         guards: Guards | None = None,
         lazy: bool = True,
+        on_tokens: Callable[[list[int]], None] | None = None,
     ) -> GenerationResult:
         """Generate text valid for `response_format` (any shape `to_constraint` accepts;
-        None = free text). Raises ConstraintError for a constraint that cannot be enforced."""
+        None = free text). Raises ConstraintError for a constraint that cannot be enforced.
+        `on_tokens` streams the committed token ids (see `decode`)."""
         compiled = self.compile(response_format, guards=guards)
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
                                 min_p=min_p, seed=seed)
         tokens = self.runtime.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         with self._lock:
             decoded = decode(self.runtime, tokens, compiled.new_matcher(), params,
-                             max_tokens=max_tokens, stop=stop, lazy=lazy)
+                             max_tokens=max_tokens, stop=stop, lazy=lazy, on_tokens=on_tokens)
         return _result(decoded, compiled, len(tokens), response_format)
 
 
@@ -134,6 +140,7 @@ def _result(d: Decoded, c: CompiledConstraint, prompt_tokens: int,
         parsed=parsed,
         stats={"lazy_hits": d.stats.lazy_hits, "full_masks": d.stats.full_masks,
                "sparse_masks": d.stats.sparse_masks},
+        constraint_ns=d.constraint_ns,
     )
 
 

@@ -8,7 +8,7 @@ valid, since the output is cut short).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,8 +46,14 @@ def decode(
     max_tokens: int,
     stop: Sequence[str] = (),
     lazy: bool = True,
+    on_tokens: Callable[[list[int]], None] | None = None,
 ) -> Decoded:
-    """Generate up to `max_tokens` tokens after `prompt`; `matcher=None` means unconstrained."""
+    """Generate up to `max_tokens` tokens after `prompt`; `matcher=None` means unconstrained.
+
+    `on_tokens` sees each step's new tokens (sampled + forced) as they are committed, except a
+    step that completes a stop string; an exception it raises ends the generation (that is how
+    a server cancels one).
+    """
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
     tok = runtime.tokenizer
@@ -96,6 +102,8 @@ def decode(
             if cut is not None:
                 return _done(tok, out, text_bytes[:cut], "stop", forced, picker, costs,
                              model_ns, first_token_ns)
+        if on_tokens is not None:
+            on_tokens(new)
         if len(out) >= max_tokens or (matcher is not None and matcher.is_stopped()):
             finish = "stop" if matcher is not None and matcher.is_stopped() else "length"
             break

@@ -1,0 +1,44 @@
+"""`kaname serve`: an OpenAI-compatible server on the embedded model, a test model, a GGUF, or
+in front of an upstream (vLLM / SGLang / another kaname) that enforces the grammar it is sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from ..engine import Engine
+from ..formats import get_format
+from ..grammar import GrammarCompiler
+from .app import create_app
+from .backends import LocalBackend, UpstreamBackend
+from .config import ServerConfig
+from .metrics import Metrics
+
+
+def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
+    """`runtime_factory(model, fmt, seed)` makes one runtime (one per local replica)."""
+    fmt = get_format(config.format)
+    if config.upstream:
+        # The grammar's special tokens are ids of this vocabulary: it must be the upstream's.
+        runtime = runtime_factory(config.model, fmt, config.seed)
+        compiler = GrammarCompiler(runtime.tokenizer)
+        metrics = Metrics(lambda: (compiler.hits, compiler.misses))
+        backend: LocalBackend | UpstreamBackend = UpstreamBackend(
+            config.upstream, config.upstream_model or config.model_id(), config.model_id(),
+            runtime.tokenizer, compiler, metrics, api_key=config.upstream_api_key,
+            max_concurrency=config.max_concurrency, max_queue=config.max_queue,
+            request_timeout=config.request_timeout)
+    else:
+        first = Engine(runtime_factory(config.model, fmt, config.seed))
+        compiler = first.compiler
+        engines = [first] + [Engine(runtime_factory(config.model, fmt, config.seed),
+                                    compiler=compiler)
+                             for _ in range(config.max_concurrency - 1)]
+        metrics = Metrics(lambda: (compiler.hits, compiler.misses))
+        backend = LocalBackend(engines, config.model_id(), metrics, max_queue=config.max_queue,
+                               request_timeout=config.request_timeout)
+    return create_app(config, backend, metrics)
+
+
+__all__ = ["ServerConfig", "build_app", "create_app"]

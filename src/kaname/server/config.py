@@ -1,0 +1,39 @@
+"""Server settings; the defaults are the secure ones (loopback only, bounded everything)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass
+class ServerConfig:
+    model: str = "default"          # default | random | adversarial | PATH.gguf
+    format: str = "gemma3"
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    upstream: str | None = None     # base URL of an OpenAI-compatible server, e.g. .../v1
+    upstream_model: str | None = None
+    upstream_api_key: str | None = None
+    served_model_name: str | None = None
+    strict_level: Literal["full", "names", "off"] = "full"
+    max_concurrency: int = 1        # generations at once (local: engine replicas)
+    max_queue: int = 64             # requests waiting beyond those; more get 429
+    request_timeout: float = 300.0  # seconds for one request, queueing included
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_tools: int = 128
+    max_tokens_limit: int = 8192
+    default_max_tokens: int = 1024
+    seed: int = 0                   # seed of the random/adversarial test models
+
+    def model_id(self) -> str:
+        if self.served_model_name:
+            return self.served_model_name
+        if self.upstream and self.upstream_model:
+            return self.upstream_model
+        if self.model == "default":
+            return "gemma-3-270m"
+        if self.model in ("random", "adversarial"):
+            return self.model
+        return self.model.rsplit("/", 1)[-1].removesuffix(".gguf")

@@ -1,0 +1,170 @@
+"""The request bodies kaname accepts, as pydantic models (they also make the OpenAPI schema).
+
+Unknown fields are ignored, as OpenAI does. kaname's own fields (`strict_level`,
+`max_reasoning_tokens`, `allow_unenforced`) sit beside OpenAI's and vLLM's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class FunctionCall(_Loose):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCallIn(_Loose):
+    id: str = ""
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Loose):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+
+class FunctionDef(_Loose):
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(_Loose):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(_Loose):
+    name: str
+
+
+class NamedToolChoice(_Loose):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class JsonSchemaSpec(_Loose):
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | bool = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Loose):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = None
+
+
+class StreamOptions(_Loose):
+    include_usage: bool = False
+
+
+class _Sampling(_Loose):
+    model: str
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = Field(default=None, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop)
+        return [s for s in stops if s]
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    reasoning_effort: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    # kaname's extensions
+    strict_level: Literal["full", "names", "off"] | None = None
+    max_reasoning_tokens: int | None = Field(default=None, ge=1)
+    allow_unenforced: bool = False
+
+    def message_dicts(self) -> list[dict[str, Any]]:
+        return [m.model_dump(exclude_none=True) for m in self.messages]
+
+    def tool_dicts(self) -> list[dict[str, Any]] | None:
+        if not self.tools:
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    def tool_choice_name(self) -> str:
+        choice = self.tool_choice
+        if choice is None:
+            return "auto" if self.tools else "none"
+        return choice if isinstance(choice, str) else choice.function.name
+
+    def reasoning_mode(self) -> Literal["on", "off"]:
+        """Reasoning is allowed unless switched off, as the reasoning models' templates do."""
+        kwargs = self.chat_template_kwargs or {}
+        if kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False:
+            return "off"
+        if self.reasoning_effort is not None and self.reasoning_effort.lower() == "none":
+            return "off"
+        return "on"
+
+    def response_format_dict(self) -> dict[str, Any] | None:
+        rf = self.response_format
+        if rf is None:
+            return None
+        out: dict[str, Any] = {"type": rf.type}
+        if rf.type == "json_schema":
+            spec = rf.json_schema or JsonSchemaSpec()
+            out["json_schema"] = {"name": spec.name, "schema": spec.schema_,
+                                  "strict": spec.strict}
+        return out
+
+
+class StructuredOutputs(_Loose):
+    """vLLM's `structured_outputs` (one of them)."""
+
+    json_: dict[str, Any] | str | bool | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str] = ""
+    response_format: ResponseFormat | dict[str, Any] | None = None
+    structured_outputs: StructuredOutputs | None = None
+    # vLLM's older spelling of the same thing
+    guided_grammar: str | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    allow_unenforced: bool = False
+
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) != 1:
+            from .errors import APIError
+
+            raise APIError(400, "prompt: exactly one prompt per request", param="prompt")
+        return self.prompt[0]
