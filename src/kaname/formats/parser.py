@@ -121,10 +121,10 @@ class _Scan:
             self.pos = len(self.text)
             return self.turn
         content = rest[:cut]
-        if glue and content.endswith(glue) and opener and rest.startswith(opener, cut):
-            content = content[:-len(glue)]
-        self.turn.content = self._content(content) if content else None
         self.pos += cut
+        if glue and opener and rest.startswith(glue + opener, cut):
+            self.pos += len(glue)  # the glue between content and calls is not content
+        self.turn.content = self._content(content) if content else None
         if opener and self.text.startswith(opener, self.pos):
             self._calls()
         if self.pos < len(self.text) or not self.partial:
