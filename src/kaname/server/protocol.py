@@ -118,13 +118,17 @@ class ChatCompletionRequest(_Sampling):
             return "auto" if self.tools else "none"
         return choice if isinstance(choice, str) else choice.function.name
 
-    def reasoning_mode(self) -> Literal["on", "off"]:
-        """Reasoning is allowed unless switched off, as the reasoning models' templates do."""
+    def reasoning_mode(self) -> Literal["on", "off", "required"]:
+        """Unset: the model may reason. Switched off (reasoning_effort "none",
+        enable_thinking false): no reasoning block. Asked for (an effort, or enable_thinking
+        true): the turn starts with one, as reasoning models' templates make it."""
         kwargs = self.chat_template_kwargs or {}
-        if kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False:
+        thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
+        effort = (self.reasoning_effort or "").lower()
+        if thinking is False or effort == "none":
             return "off"
-        if self.reasoning_effort is not None and self.reasoning_effort.lower() == "none":
-            return "off"
+        if thinking is True or effort in ("minimal", "low", "medium", "high"):
+            return "required"
         return "on"
 
     def response_format_dict(self) -> dict[str, Any] | None:

@@ -1,0 +1,272 @@
+"""`kaname serve` through the official openai SDK, against a live server on 127.0.0.1
+(random-logits model over a vocabulary carrying qwen3's special tokens)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from serverproc import ServerProcess
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "unit": {"enum": ["c", "f"]}}, "required": ["city"], "additionalProperties": False}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "maxLength": 30}, "limit": {"type": "integer",
+                                                                  "minimum": 1, "maximum": 9}},
+        "required": ["query", "limit"], "additionalProperties": False}}}
+TOOLS = [WEATHER, SEARCH]
+PARAMS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+MESSAGES = [{"role": "user", "content": "Weather in Tokyo, then search for umbrellas."}]
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                           "age": {"type": "integer", "minimum": 0,
+                                                   "maximum": 150}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+class Person(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    age: int
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ServerProcess("--model", "random", "--format", "qwen3", "--api-key", "sekrit",
+                       "--max-tokens-limit", "2048") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="sekrit", max_retries=0)
+
+
+def _check_calls(message, allowed: set[str]) -> None:
+    for call in message.tool_calls or []:
+        assert call.function.name in allowed
+        jsonschema.validate(json.loads(call.function.arguments), PARAMS[call.function.name])
+
+
+def test_models_and_health(server, client):
+    assert [m.id for m in client.models.list()] == ["random"]
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}  # no key needed
+
+
+def test_json_schema_content(client):
+    for seed in range(6):
+        r = client.chat.completions.create(
+            model="random", messages=MESSAGES, seed=seed, max_tokens=400,
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "person", "schema": PERSON,
+                                             "strict": True}})
+        choice = r.choices[0]
+        if choice.finish_reason == "length":
+            continue
+        assert choice.finish_reason == "stop"
+        jsonschema.validate(json.loads(choice.message.content), PERSON)
+        assert r.usage.completion_tokens > 0
+        assert r.model_extra["kaname"]["enforced"] is True
+
+
+def test_parse_with_pydantic_model(client):
+    parsed = 0
+    for seed in range(6):
+        r = client.chat.completions.parse(model="random", messages=MESSAGES,
+                                          response_format=Person, seed=seed, max_tokens=400)
+        if r.choices[0].finish_reason == "stop":
+            assert isinstance(r.choices[0].message.parsed, Person)
+            parsed += 1
+    assert parsed >= 3
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "get_weather"])
+def test_tools_by_tool_choice(client, choice):
+    tool_choice = choice if choice in ("auto", "required") else {
+        "type": "function", "function": {"name": choice}}
+    allowed = {choice} if choice not in ("auto", "required") else set(PARAMS)
+    finishes = []
+    for seed in range(8):
+        r = client.chat.completions.create(model="random", messages=MESSAGES, tools=TOOLS,
+                                           tool_choice=tool_choice, seed=seed, max_tokens=400)
+        c = r.choices[0]
+        finishes.append(c.finish_reason)
+        _check_calls(c.message, allowed)
+        if c.finish_reason == "tool_calls":
+            assert c.message.tool_calls
+            ids = [t.id for t in c.message.tool_calls]
+            assert len(set(ids)) == len(ids)
+        if choice != "auto":
+            assert c.finish_reason in ("tool_calls", "length")
+    assert finishes.count("tool_calls") >= 4
+
+
+def test_parallel_false_allows_at_most_one_call(client):
+    for seed in range(6):
+        r = client.chat.completions.create(model="random", messages=MESSAGES, tools=TOOLS,
+                                           tool_choice="required", parallel_tool_calls=False,
+                                           seed=seed, max_tokens=400)
+        assert len(r.choices[0].message.tool_calls or []) <= 1
+
+
+def test_tool_choice_none_makes_no_calls(client):
+    r = client.chat.completions.create(model="random", messages=MESSAGES, tools=TOOLS,
+                                       tool_choice="none", seed=1, max_tokens=200)
+    assert not r.choices[0].message.tool_calls
+
+
+def _streamed(client, **kwargs):
+    content, reasoning, calls, finish, usage = "", "", {}, None, None
+    for chunk in client.chat.completions.create(stream=True,
+                                                stream_options={"include_usage": True},
+                                                **kwargs):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            d = ch.delta
+            content += d.content or ""
+            reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+            for tc in d.tool_calls or []:
+                slot = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                slot["id"] = tc.id or slot["id"]
+                if tc.function:
+                    slot["name"] += tc.function.name or ""
+                    slot["arguments"] += tc.function.arguments or ""
+            finish = ch.finish_reason or finish
+    return content or None, reasoning or None, [calls[i] for i in sorted(calls)], finish, usage
+
+
+def test_stream_equals_non_stream(client):
+    compared_calls = 0
+    for seed in range(8):
+        kwargs = dict(model="random", messages=MESSAGES, tools=TOOLS, seed=seed,
+                      max_tokens=400, temperature=0.9)
+        r = client.chat.completions.create(**kwargs)
+        m = r.choices[0].message
+        content, reasoning, calls, finish, usage = _streamed(client, **kwargs)
+        assert finish == r.choices[0].finish_reason
+        assert content == m.content
+        assert reasoning == (m.model_extra or {}).get("reasoning_content")
+        assert [(c["name"], c["arguments"]) for c in calls] == [
+            (t.function.name, t.function.arguments) for t in m.tool_calls or []]
+        assert all(c["id"] for c in calls)
+        assert usage.completion_tokens == r.usage.completion_tokens
+        compared_calls += len(calls)
+    assert compared_calls >= 3
+
+
+def test_reasoning_switch(client):
+    off = client.chat.completions.create(model="random", messages=MESSAGES, seed=5,
+                                         max_tokens=300, reasoning_effort="none")
+    assert (off.choices[0].message.model_extra or {}).get("reasoning_content") is None
+    seen = 0
+    for seed in range(4):
+        r = client.chat.completions.create(
+            model="random", messages=MESSAGES, seed=seed, max_tokens=300,
+            reasoning_effort="high", extra_body={"max_reasoning_tokens": 5})
+        # required reasoning, cut by the budget of 5 tokens: content follows
+        reasoning = (r.choices[0].message.model_extra or {}).get("reasoning_content")
+        seen += reasoning is not None
+        if r.choices[0].finish_reason == "stop":
+            assert r.choices[0].message.content is not None
+    assert seen >= 3  # an empty block reads as None
+    r = client.chat.completions.create(
+        model="random", messages=MESSAGES, seed=1, max_tokens=300,
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_unsupported_strict_schema_is_400_naming_keyword(client):
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="random", messages=MESSAGES, max_tokens=50,
+            response_format={"type": "json_schema", "json_schema": {
+                "name": "t", "schema": schema, "strict": True}})
+    err = e.value.body
+    assert "uniqueItems" in err["message"]
+    assert err["param"] == "/response_format/json_schema/schema/properties/tags/uniqueItems"
+    bad_tool = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="random", messages=MESSAGES, tools=[bad_tool],
+                                       max_tokens=50)
+    assert e.value.body["param"].startswith("/tools/0/function/parameters/properties/x")
+
+
+def test_bad_requests_get_openai_errors(server, client):
+    bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="gpt-4o", messages=MESSAGES)
+    assert e.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="random", messages=MESSAGES, n=2)
+    assert e.value.body["param"] == "n"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="random", messages=MESSAGES, max_tokens=10**6)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="random", messages=MESSAGES, tools=TOOLS,
+                                       tool_choice={"type": "function",
+                                                    "function": {"name": "nope"}})
+    assert e.value.body["param"] == "/tool_choice"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="random", messages=[{"role": "wizard",
+                                                                  "content": "hi"}])
+    assert e.value.body["param"].startswith("/messages/0")
+    headers = {"Authorization": "Bearer sekrit", "Content-Type": "application/json"}
+    r = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json", headers=headers)
+    assert r.status_code == 400 and set(r.json()["error"]) == {"message", "type", "param",
+                                                               "code"}
+    r = httpx.post(f"{server.url}/v1/chat/completions", headers=headers,
+                   content=b'{"model": "random", "messages": [{"role": "user", "content": "'
+                   + b"x" * (5 * 1024 * 1024) + b'"}]}')
+    assert r.status_code == 413
+    assert r.json()["error"]["code"] == "body_too_large"
+
+
+def test_length_finish_keeps_what_was_written(client):
+    r = client.chat.completions.create(
+        model="random", messages=MESSAGES, max_tokens=3, seed=0,
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "p", "schema": PERSON, "strict": True}})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens <= 3
+
+
+def test_completions_with_structured_outputs(client):
+    r = client.completions.create(model="random", prompt="Answer: ", max_tokens=50, seed=1,
+                                  extra_body={"structured_outputs": {"choice": ["yes", "no"]}})
+    assert r.choices[0].text in ("yes", "no")
+    r = client.completions.create(model="random", prompt="Id: ", max_tokens=50, seed=2,
+                                  extra_body={"structured_outputs": {"regex": "[A-Z]{3}-[0-9]{2}"}})
+    assert len(r.choices[0].text) == 6 and r.choices[0].text[3] == "-"
+    r = client.completions.create(model="random", prompt="{", max_tokens=300, seed=3,
+                                  extra_body={"structured_outputs": {"json": PERSON}})
+    if r.choices[0].finish_reason == "stop":
+        jsonschema.validate(json.loads(r.choices[0].text), PERSON)
+    text = "".join(c.choices[0].text for c in client.completions.create(
+        model="random", prompt="Answer: ", max_tokens=50, seed=1, stream=True,
+        extra_body={"structured_outputs": {"choice": ["yes", "no"]}}) if c.choices)
+    assert text in ("yes", "no")
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="random", prompt="x", max_tokens=5,
+                                  extra_body={"structured_outputs": {"regex": "(?<=a)b"}})
+
+
+def test_metrics(server):
+    text = httpx.get(f"{server.url}/metrics",
+                     headers={"Authorization": "Bearer sekrit"}).text
+    assert 'kaname_requests_total{endpoint="/v1/chat/completions",status="200"}' in text
+    assert "kaname_mask_seconds_count" in text
+    assert 'kaname_compile_cache_total{result="hit"}' in text
+    assert "kaname_queue_depth" in text
