@@ -10,7 +10,6 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, ConfigDict
-
 from serverproc import ServerProcess
 
 WEATHER = {"type": "function", "function": {

@@ -8,7 +8,6 @@ import json
 import jsonschema
 import openai
 import pytest
-
 from serverproc import ServerProcess
 
 COMPANY = {"type": "object", "properties": {
