@@ -257,9 +257,16 @@ def test_completions_with_structured_outputs(client):
         model="random", prompt="Answer: ", max_tokens=50, seed=1, stream=True,
         extra_body={"structured_outputs": {"choice": ["yes", "no"]}}) if c.choices)
     assert text in ("yes", "no")
+    r = client.completions.create(model="random", prompt="x", max_tokens=20, seed=4,
+                                  extra_body={"ebnf": 'start: "a" /[0-9]{2}/ "z"'})  # SGLang
+    assert r.choices[0].text[0] == "a" and r.choices[0].text[-1] == "z"
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model="random", prompt="x", max_tokens=5,
                                   extra_body={"structured_outputs": {"regex": "(?<=a)b"}})
+    with pytest.raises(openai.BadRequestError) as e:  # two constraints: which one?
+        client.completions.create(model="random", prompt="x", max_tokens=5,
+                                  extra_body={"ebnf": 'start: "a"', "guided_regex": "b"})
+    assert e.value.body["param"]
 
 
 def test_metrics(server):

@@ -189,7 +189,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         model=args.model, format=args.format, host=args.host, port=args.port,
         api_key=args.api_key, upstream=args.upstream, upstream_model=args.upstream_model,
-        upstream_api_key=args.upstream_api_key, served_model_name=args.served_model_name,
+        upstream_api_key=args.upstream_api_key, upstream_dialect=args.upstream_dialect,
+        served_model_name=args.served_model_name,
         strict_level=args.strict_level, max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
         max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0)
@@ -291,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "http://127.0.0.1:8001/v1")
     s.add_argument("--upstream-model", default=None, help="model name at the upstream")
     s.add_argument("--upstream-api-key", default=None)
+    s.add_argument("--upstream-dialect", choices=["vllm", "sglang"], default="vllm",
+                   help="vllm: structured_outputs.grammar (also kaname); sglang: ebnf")
     s.add_argument("--served-model-name", default=None, help="model id clients use")
     s.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
     s.add_argument("--max-concurrency", type=int, default=1,

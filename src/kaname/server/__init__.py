@@ -28,7 +28,7 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
             config.upstream, config.upstream_model or config.model_id(), config.model_id(),
             runtime.tokenizer, compiler, metrics, api_key=config.upstream_api_key,
             max_concurrency=config.max_concurrency, max_queue=config.max_queue,
-            request_timeout=config.request_timeout)
+            request_timeout=config.request_timeout, dialect=config.upstream_dialect)
     else:
         first = Engine(runtime_factory(config.model, fmt, config.seed))
         compiler = first.compiler

@@ -270,7 +270,8 @@ def _completion_constraint(req: CompletionRequest) -> Any:
         if so.json_object:
             given.append(("structured_outputs.json_object", {"type": "json_object"}))
     for name, kind in (("guided_json", None), ("guided_regex", "regex"),
-                       ("guided_choice", "choice"), ("guided_grammar", "grammar")):
+                       ("guided_choice", "choice"), ("guided_grammar", "grammar"),
+                       ("ebnf", "grammar")):
         value = getattr(req, name)
         if value is not None:
             given.append((name, value if kind is None else {"type": kind, kind: value}))

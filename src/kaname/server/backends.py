@@ -240,8 +240,9 @@ class UpstreamBackend:
     def __init__(self, url: str, upstream_model: str, model_id: str, tokenizer: llg.LLTokenizer,
                  compiler: GrammarCompiler, metrics: Metrics, *, api_key: str | None,
                  max_concurrency: int, max_queue: int, request_timeout: float,
-                 connect_timeout: float = 5.0):
+                 connect_timeout: float = 5.0, dialect: str = "vllm"):
         self.url = url.rstrip("/")
+        self.dialect = dialect
         self.upstream_model = upstream_model
         self.model_id = model_id
         self.tokenizer = tokenizer
@@ -283,10 +284,13 @@ class UpstreamBackend:
             "model": self.upstream_model, "prompt": prompt, "max_tokens": params.max_tokens,
             "temperature": params.temperature, "top_p": params.top_p, "stream": True,
             "stream_options": {"include_usage": True},
-            "structured_outputs": {"grammar": lark},
             # the format's markers are special tokens: they must come back as text
             "skip_special_tokens": False, "spaces_between_special_tokens": False,
         }
+        if self.dialect == "sglang":  # its llguidance backend reads Lark from `ebnf`
+            body["ebnf"] = lark
+        else:  # vLLM >= 0.11 with the guidance backend (and kaname itself)
+            body["structured_outputs"] = {"grammar": lark}
         if params.seed is not None:
             body["seed"] = params.seed
         if params.stop:

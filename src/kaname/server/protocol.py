@@ -162,6 +162,8 @@ class CompletionRequest(_Sampling):
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
+    # SGLang's name for a grammar (llguidance reads Lark or GBNF from it)
+    ebnf: str | None = None
     allow_unenforced: bool = False
 
     def prompt_text(self) -> str:
