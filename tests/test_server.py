@@ -276,3 +276,27 @@ def test_metrics(server):
     assert "kaname_mask_seconds_count" in text
     assert 'kaname_compile_cache_total{result="hit"}' in text
     assert "kaname_queue_depth" in text
+
+
+def test_proxy_with_tokenizer_json_and_sglang_dialect(server, tmp_path):
+    """A proxy whose vocabulary comes from a tokenizer.json, sending the grammar as SGLang's
+    `ebnf`, in front of the random server (which takes ebnf as kaname does)."""
+    from kaname.formats import get_format
+    from kaname.runtimes.synthetic import synthetic_tokenizer_json
+
+    text, _ = synthetic_tokenizer_json(get_format("qwen3").special_tokens)
+    (tmp_path / "tokenizer.json").write_text(text)
+    with ServerProcess("--format", "qwen3", "--upstream", f"{server.url}/v1",
+                       "--upstream-model", "random", "--upstream-api-key", "sekrit",
+                       "--upstream-dialect", "sglang",
+                       "--tokenizer", str(tmp_path / "tokenizer.json")) as proxy:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+        calls = 0
+        for seed in range(4):
+            r = client.chat.completions.create(model="random", messages=MESSAGES, tools=TOOLS,
+                                               tool_choice="required", seed=seed,
+                                               max_tokens=400)
+            assert r.model_extra["kaname"]["enforced"] is True
+            _check_calls(r.choices[0].message, set(PARAMS))
+            calls += len(r.choices[0].message.tool_calls or [])
+        assert calls >= 3

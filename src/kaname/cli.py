@@ -181,6 +181,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server import ServerConfig, build_app
 
     get_format(args.format)  # an unknown format fails here, with exit code 2
+    if args.tokenizer and not args.upstream:
+        _fail("--tokenizer is for --upstream mode; a local model brings its own vocabulary")
     if args.upstream and not args.upstream.startswith(("http://", "https://")):
         _fail("--upstream must be an http(s) URL such as http://127.0.0.1:8001/v1")
     for name in ("max_concurrency", "max_queue", "port"):
@@ -190,6 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model=args.model, format=args.format, host=args.host, port=args.port,
         api_key=args.api_key, upstream=args.upstream, upstream_model=args.upstream_model,
         upstream_api_key=args.upstream_api_key, upstream_dialect=args.upstream_dialect,
+        tokenizer=args.tokenizer,
         served_model_name=args.served_model_name,
         strict_level=args.strict_level, max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
@@ -292,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "http://127.0.0.1:8001/v1")
     s.add_argument("--upstream-model", default=None, help="model name at the upstream")
     s.add_argument("--upstream-api-key", default=None)
+    s.add_argument("--tokenizer", default=None, metavar="tokenizer.json",
+                   help="with --upstream: the upstream model's Hugging Face tokenizer.json "
+                        "(else --model gives the vocabulary)")
     s.add_argument("--upstream-dialect", choices=["vllm", "sglang"], default="vllm",
                    help="vllm: structured_outputs.grammar (also kaname); sglang: ebnf")
     s.add_argument("--served-model-name", default=None, help="model id clients use")

@@ -7,7 +7,6 @@ special tokens exercises the same grammar paths (markers as tokens, not spelling
 from __future__ import annotations
 
 import functools
-import json
 
 import llguidance as llg
 
@@ -22,10 +21,11 @@ _CORPUS = [
 
 
 @functools.lru_cache(maxsize=32)
-def synthetic_tokenizer(special_tokens: tuple[str, ...], vocab_size: int = 1200
-                        ) -> tuple[llg.LLTokenizer, tuple[int, ...]]:
-    """(tokenizer, eos ids): BPE trained on a few KB plus `special_tokens` as special added
-    tokens; `<eos>` is added and is the end-of-sequence token."""
+def synthetic_tokenizer_json(special_tokens: tuple[str, ...], vocab_size: int = 1200
+                             ) -> tuple[str, int]:
+    """(HF tokenizer.json text, eos id): BPE trained on a few KB plus `special_tokens` as special
+    added tokens; `<eos>` is added and is the end-of-sequence token. Deterministic, so two
+    processes build the same vocabulary."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -36,6 +36,12 @@ def synthetic_tokenizer(special_tokens: tuple[str, ...], vocab_size: int = 1200
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(_CORPUS * 20, trainer)
-    eos = tok.token_to_id("<eos>")
-    data = json.loads(tok.to_str())
-    return llg.LLTokenizer(json.dumps(data), eos_token=eos), (eos,)
+    return tok.to_str(), tok.token_to_id("<eos>")
+
+
+@functools.lru_cache(maxsize=32)
+def synthetic_tokenizer(special_tokens: tuple[str, ...], vocab_size: int = 1200
+                        ) -> tuple[llg.LLTokenizer, tuple[int, ...]]:
+    """(tokenizer, eos ids) of `synthetic_tokenizer_json`."""
+    text, eos = synthetic_tokenizer_json(special_tokens, vocab_size)
+    return llg.LLTokenizer(text, eos_token=eos), (eos,)

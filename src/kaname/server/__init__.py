@@ -3,11 +3,14 @@ in front of an upstream (vLLM / SGLang / another kaname) that enforces the gramm
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import llguidance as llg
 from fastapi import FastAPI
 
 from ..engine import Engine
+from ..errors import ModelError
 from ..formats import get_format
 from ..grammar import GrammarCompiler
 from .app import create_app
@@ -21,12 +24,13 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
     fmt = get_format(config.format)
     if config.upstream:
         # The grammar's special tokens are ids of this vocabulary: it must be the upstream's.
-        runtime = runtime_factory(config.model, fmt, config.seed)
-        compiler = GrammarCompiler(runtime.tokenizer)
+        tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer else \
+            runtime_factory(config.model, fmt, config.seed).tokenizer
+        compiler = GrammarCompiler(tokenizer)
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend: LocalBackend | UpstreamBackend = UpstreamBackend(
             config.upstream, config.upstream_model or config.model_id(), config.model_id(),
-            runtime.tokenizer, compiler, metrics, api_key=config.upstream_api_key,
+            tokenizer, compiler, metrics, api_key=config.upstream_api_key,
             max_concurrency=config.max_concurrency, max_queue=config.max_queue,
             request_timeout=config.request_timeout, dialect=config.upstream_dialect)
     else:
@@ -39,6 +43,14 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         backend = LocalBackend(engines, config.model_id(), metrics, max_queue=config.max_queue,
                                request_timeout=config.request_timeout)
     return create_app(config, backend, metrics)
+
+
+def _load_tokenizer(path: str) -> llg.LLTokenizer:
+    """The upstream's vocabulary from a Hugging Face tokenizer.json (the model's own file)."""
+    try:
+        return llg.LLTokenizer(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ModelError(f"--tokenizer: cannot load {path}: {e}") from e
 
 
 __all__ = ["ServerConfig", "build_app", "create_app"]

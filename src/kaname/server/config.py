@@ -16,6 +16,7 @@ class ServerConfig:
     upstream: str | None = None     # base URL of an OpenAI-compatible server, e.g. .../v1
     upstream_model: str | None = None
     upstream_api_key: str | None = None
+    tokenizer: str | None = None    # HF tokenizer.json of the upstream model (proxy mode)
     upstream_dialect: Literal["vllm", "sglang"] = "vllm"  # where the grammar goes in the body
     served_model_name: str | None = None
     strict_level: Literal["full", "names", "off"] = "full"
