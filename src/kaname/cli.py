@@ -186,7 +186,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.upstream and not args.upstream.startswith(("http://", "https://")):
         _fail("--upstream must be an http(s) URL such as http://127.0.0.1:8001/v1")
     for name in ("max_concurrency", "max_queue", "port"):
-        if getattr(args, name) < (0 if name == "max_queue" else 1):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "max_queue" else 1):
             _fail(f"--{name.replace('_', '-')} is out of range")
     config = ServerConfig(
         model=args.model, format=args.format, host=args.host, port=args.port,
@@ -302,8 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vllm: structured_outputs.grammar (also kaname); sglang: ebnf")
     s.add_argument("--served-model-name", default=None, help="model id clients use")
     s.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
-    s.add_argument("--max-concurrency", type=int, default=1,
-                   help="generations at once (local: model replicas)")
+    s.add_argument("--max-concurrency", type=int, default=None,
+                   help="generations at once: local model replicas (default 1), or upstream "
+                        "requests in flight (default 64)")
     s.add_argument("--max-queue", type=int, default=64,
                    help="requests waiting beyond those; more are answered 429")
     s.add_argument("--request-timeout", type=float, default=300.0, help="seconds (504 after)")

@@ -31,14 +31,14 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         backend: LocalBackend | UpstreamBackend = UpstreamBackend(
             config.upstream, config.upstream_model or config.model_id(), config.model_id(),
             tokenizer, compiler, metrics, api_key=config.upstream_api_key,
-            max_concurrency=config.max_concurrency, max_queue=config.max_queue,
+            max_concurrency=config.concurrency(), max_queue=config.max_queue,
             request_timeout=config.request_timeout, dialect=config.upstream_dialect)
     else:
         first = Engine(runtime_factory(config.model, fmt, config.seed))
         compiler = first.compiler
         engines = [first] + [Engine(runtime_factory(config.model, fmt, config.seed),
                                     compiler=compiler)
-                             for _ in range(config.max_concurrency - 1)]
+                             for _ in range(config.concurrency() - 1)]
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend = LocalBackend(engines, config.model_id(), metrics, max_queue=config.max_queue,
                                request_timeout=config.request_timeout)

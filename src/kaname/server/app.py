@@ -110,7 +110,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest) -> Response:
+    async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         _check_common(config, backend, req.model, req.n)
         max_tokens = _max_tokens(config, req.max_completion_tokens or req.max_tokens)
         tools = req.tool_dicts()
@@ -140,7 +140,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return _sse(_stream_chat(call, fmt, response_id, backend.model_id, id_prefix,
                                      include_usage, ext, metrics))
-        gen = await call.run(None)
+        gen = await _run_watching(request, call)
         _count(metrics, gen)
         message, finish = _chat_message(fmt, gen, id_prefix, bool(params.stop))
         return JSONResponse({
@@ -152,7 +152,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
                                              "not_enforced_reason": gen.not_enforced_reason}})
 
     @app.post("/v1/completions")
-    async def completions(req: CompletionRequest) -> Response:
+    async def completions(req: CompletionRequest, request: Request) -> Response:
         _check_common(config, backend, req.model, req.n)
         max_tokens = _max_tokens(config, req.max_tokens, default=16)
         constraint = to_constraint(_completion_constraint(req))
@@ -171,7 +171,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return _sse(_stream_completion(call, response_id, backend.model_id, include_usage,
                                            metrics))
-        gen = await call.run(None)
+        gen = await _run_watching(request, call)
         _count(metrics, gen)
         return JSONResponse({
             "id": response_id, "object": "text_completion", "created": int(time.time()),
@@ -201,6 +201,18 @@ class _Call:
         except KanameError as e:
             log.exception("generation failed")
             raise APIError(500, f"generation failed: {e}", type="server_error") from e
+
+
+async def _run_watching(request: Request, call: _Call) -> Generated:
+    """Run a non-streamed generation; stop it if the client goes away meanwhile."""
+    task = asyncio.create_task(call.run(None))
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=0.5)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            raise APIError(499, "client closed the request", code="client_closed")
 
 
 def _check_common(config: ServerConfig, backend: Backend, model: str, n: int | None) -> None:

@@ -20,7 +20,9 @@ class ServerConfig:
     upstream_dialect: Literal["vllm", "sglang"] = "vllm"  # where the grammar goes in the body
     served_model_name: str | None = None
     strict_level: Literal["full", "names", "off"] = "full"
-    max_concurrency: int = 1        # generations at once (local: engine replicas)
+    # generations at once: local, engine replicas (default 1); upstream, requests in flight
+    # (default 64: the upstream batches them)
+    max_concurrency: int | None = None
     max_queue: int = 64             # requests waiting beyond those; more get 429
     request_timeout: float = 300.0  # seconds for one request, queueing included
     max_body_bytes: int = 4 * 1024 * 1024
@@ -28,6 +30,9 @@ class ServerConfig:
     max_tokens_limit: int = 8192
     default_max_tokens: int = 1024
     seed: int = 0                   # seed of the random/adversarial test models
+
+    def concurrency(self) -> int:
+        return self.max_concurrency or (64 if self.upstream else 1)
 
     def model_id(self) -> str:
         if self.served_model_name:
