@@ -17,8 +17,10 @@ from kaname.formats import (
     TurnRequest,
     build_grammar,
     get_format,
+    keyed,
     merge_deltas,
     parse,
+    render_assistant,
     render_prompt,
     tools_from_openai,
 )
@@ -65,6 +67,60 @@ OFFICIAL_PROMPTS = {
         "<|tool_call_begin|>call_1<|tool_call_argument_begin|>{\"city\": \"Tokyo\"}"
         "<|tool_call_end|><|tool_calls_section_end|><|im_end|><|im_system|>tool<|im_middle|>"
         "## Return of call_1\n{\"temp\": 20}<|im_end|><|im_assistant|>assistant<|im_middle|>"),
+    # The official template ignores `tools`; rendered with the model card's tool description
+    # appended to the system prompt ("{system prompt}\n\n{tool_description}"). After a tool
+    # result there is no generation prompt: the model continues its turn.
+    "deepseek_v31": (
+        "<｜begin▁of▁sentence｜>You are helpful.\n\n## Tools\nYou have access to the following "
+        "tools:\n\n### get_weather\nDescription: Get weather\n\nParameters: {\"type\": "
+        "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": "
+        "[\"city\"]}\n\nIMPORTANT: ALWAYS adhere to this exact format for tool use:\n"
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>tool_call_name<｜tool▁sep｜>tool_call_arguments"
+        "<｜tool▁call▁end｜>{{additional_tool_calls}}<｜tool▁calls▁end｜>\n\nWhere:\n- "
+        "`tool_call_name` must be an exact match to one of the available tools\n- "
+        "`tool_call_arguments` must be valid JSON that strictly follows the tool's Parameters "
+        "Schema\n- For multiple tool calls, chain them directly without separators or spaces"
+        "<｜User｜>Weather in Tokyo?<｜Assistant｜></think><｜tool▁calls▁begin｜>"
+        "<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Tokyo\"}<｜tool▁call▁end｜>"
+        "<｜tool▁calls▁end｜><｜end▁of▁sentence｜><｜tool▁output▁begin｜>{\"temp\": 20}"
+        "<｜tool▁output▁end｜>"),
+    # The template iterates `arguments.items()`: rendered with the arguments as a dict.
+    "glm45": (
+        "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with "
+        "the user query.\n\nYou are provided with function signatures within <tools></tools> "
+        "XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
+        "\"get_weather\", \"description\": \"Get weather\", \"parameters\": {\"type\": "
+        "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": "
+        "[\"city\"]}}}\n</tools>\n\nFor each function call, output the function name and "
+        "arguments within the following XML format:\n<tool_call>{function-name}\n<arg_key>"
+        "{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n<arg_key>{arg-key-2}"
+        "</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call><|system|>\nYou "
+        "are helpful.<|user|>\nWeather in Tokyo?<|assistant|>\n<think>Need weather.</think>\n"
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Tokyo</arg_value>\n"
+        "</tool_call><|observation|>\n<tool_response>\n{\"temp\": 20}\n</tool_response>"
+        "<|assistant|>"),
+    # mistral-common's v13 template with thinking (tools before the first user message).
+    "mistral": (
+        "<s>[SYSTEM_PROMPT]You are helpful.[/SYSTEM_PROMPT][AVAILABLE_TOOLS][{\"type\": "
+        "\"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get "
+        "weather\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": "
+        "{\"type\": \"string\"}}, \"required\": [\"city\"]}}}][/AVAILABLE_TOOLS][INST]"
+        "Weather in Tokyo?[/INST][THINK]Need weather.[/THINK][TOOL_CALLS]get_weather[ARGS]"
+        "{\"city\": \"Tokyo\"}</s>[TOOL_RESULTS]{\"temp\": 20}[/TOOL_RESULTS]"),
+}
+# Byte-exact only up to the first assistant turn: Llama 3.1's template JSON-quotes a string
+# tool result (a Jinja string "is iterable") and double-encodes an OpenAI arguments string;
+# kaname writes both as given (Meta's prompt-format docs show raw results). MESSAGES[:2].
+OFFICIAL_PROMPT_PREFIXES = {
+    "llama31": (
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
+        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nYou are helpful."
+        "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, "
+        "please respond with a JSON for a function call with its proper arguments that best "
+        "answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+        "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n"
+        + json.dumps(TOOLS[0], indent=4) + "\n\nWeather in Tokyo?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"),
 }
 # What the model itself emits for that assistant turn, per the official templates.
 OFFICIAL_TURNS = {
@@ -80,6 +136,15 @@ OFFICIAL_TURNS = {
                "<|plamo:begin_tool_arguments:plamo|><|plamo:constrain|>json<|plamo:msg|>"
                "{\"city\": \"Tokyo\"}<|plamo:end_tool_arguments:plamo|>"
                "<|plamo:end_tool_request:plamo|><|plamo:end_tool_requests:plamo|><|plamo:tag|>"),
+    # non-thinking, as the official prompt asks (tool calls are non-thinking in V3.1)
+    "deepseek_v31": ("</think><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+                     "{\"city\": \"Tokyo\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+                     "<｜end▁of▁sentence｜>"),
+    "glm45": ("\n<think>Need weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>"
+              "\n<arg_value>Tokyo</arg_value>\n</tool_call><|observation|>"),
+    "llama31": '{"name": "get_weather", "parameters": {"city": "Tokyo"}}<|eot_id|>',
+    "mistral": ("[THINK]Need weather.[/THINK][TOOL_CALLS]get_weather[ARGS]{\"city\": \"Tokyo\"}"
+                "</s>"),
 }
 
 
@@ -89,21 +154,31 @@ def test_prompt_matches_official_template(name):
     assert render_prompt(fmt, MESSAGES, tools_from_openai(TOOLS)) == OFFICIAL_PROMPTS[name]
 
 
+@pytest.mark.parametrize("name", sorted(OFFICIAL_PROMPT_PREFIXES))
+def test_prompt_prefix_matches_official_template(name):
+    fmt = get_format(name)
+    assert render_prompt(fmt, MESSAGES[:2], tools_from_openai(TOOLS)) \
+        == OFFICIAL_PROMPT_PREFIXES[name]
+
+
 @pytest.mark.parametrize("name", sorted(OFFICIAL_TURNS))
 def test_grammar_accepts_the_official_turn_and_parser_reads_it(name):
     fmt = get_format(name)
     tok, _ = synthetic_tokenizer(fmt.special_tokens)
-    req = TurnRequest(tools=tools_from_openai(TOOLS), reasoning="on")
+    tools = tools_from_openai(TOOLS)
+    req = TurnRequest(tools=tools, reasoning="on")
     compiled = GrammarCompiler(tok).compile(Lark(build_grammar(fmt, req, tok)))
     text = OFFICIAL_TURNS[name]
     m = compiled.new_matcher()
     assert m.consume_tokens(tok.tokenize_str(text, parse_special=True)), m.get_error()
     assert m.is_accepting()
-    turn = parse(fmt, text)
-    assert turn.reasoning_content == "Need weather."
+    turn = parse(fmt, text, tools=tools)
+    assert turn.reasoning_content == ("Need weather." if "Need weather." in text else None)
     assert turn.content is None
     assert [(c.name, json.loads(c.arguments)) for c in turn.tool_calls] == [
         ("get_weather", {"city": "Tokyo"})]
+    # and the history renders the turn the way the model wrote it
+    assert render_assistant(fmt, turn.to_message(), "/messages/2") == text
 
 
 def test_markers_are_tokens_where_the_vocabulary_has_them():
@@ -150,12 +225,15 @@ def _tool_pool(schema_sample):
     return pool
 
 
-def _random_request(rng: random.Random, pool, compiler) -> TurnRequest:
+def _random_request(rng: random.Random, pool, compiler, fmt) -> TurnRequest:
     tools = []
+    keyed_args = fmt.tool_calls is not None and fmt.tool_calls.layout == "per_key"
     for i in range(rng.randint(0, 3)):
         params = rng.choice(pool)
         try:
             compiler.compile(JsonSchema(params))
+            if keyed_args:  # what raw string arguments cannot carry is refused
+                keyed.check(params, "")
         except ConstraintError:
             params = {"type": "object", "properties": {"q": {"type": "string"}},
                       "required": ["q"]}
@@ -170,7 +248,7 @@ def _random_request(rng: random.Random, pool, compiler) -> TurnRequest:
 
 
 def _check_contract(fmt, req: TurnRequest, text: str) -> None:
-    turn = parse(fmt, text)
+    turn = parse(fmt, text, tools=req.tools)
     by_name = {t.name: t for t in req.tools}
     for call in turn.tool_calls:
         assert call.name in {t.name for t in req.callable_tools}, call.name
@@ -192,7 +270,7 @@ def _check_contract(fmt, req: TurnRequest, text: str) -> None:
     # streaming equals non-streaming under seeded random chunkings
     for seed in range(100 if len(text) < 400 else 20):
         r = random.Random(seed)
-        sp = StreamParser(fmt)
+        sp = StreamParser(fmt, tools=req.tools)
         deltas, i = [], 0
         while i < len(text):
             step = r.randint(1, 12)
@@ -213,7 +291,14 @@ def test_format_contract_synthetic_vocab(name, schema_sample):
     _run_contract(fmt, tok, eos, schema_sample, n=40, min_stop=20)
 
 
-@pytest.mark.parametrize("name", sorted(FORMATS))
+# DeepSeek's markers contain "▁" (U+2581), which the Gemma vocabulary, SentencePiece-style,
+# reads as a space: llguidance's forced tokens for a spelled-out marker then do not match the
+# grammar. A DeepSeek vocabulary has the markers as tokens; the synthetic run covers it.
+_SPELLED_OUT = [pytest.param(n, marks=pytest.mark.skip(reason="'▁' in markers: see above"))
+                if n == "deepseek_v31" else n for n in sorted(FORMATS)]
+
+
+@pytest.mark.parametrize("name", _SPELLED_OUT)
 def test_format_contract_gemma_vocab(name, gemma, schema_sample):
     """With Gemma's vocabulary most markers are spelled out: the lazy text path."""
     # A random model rarely spells a 20-character marker by chance, so fewer turns end.
@@ -229,7 +314,7 @@ def _run_contract(fmt, tok, eos, schema_sample, n, min_stop):
     rng = random.Random(fmt.name)
     stops = 0
     for i in range(n):
-        req = _random_request(rng, pool, compiler)
+        req = _random_request(rng, pool, compiler, fmt)
         compiled = compiler.compile(Lark(build_grammar(fmt, req, tok, compiler=compiler)))
         runtime.seed = i
         d = decode(runtime, [0], compiled.new_matcher(), SamplingParams(), max_tokens=400)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from ..errors import ConstraintError
+from .deepseek_v31 import DEEPSEEK_V31
 from .gemma3 import GEMMA3
+from .glm45 import GLM45
 from .grammar import build_grammar
 from .kimi_k2 import KIMI_K2
+from .llama31 import LLAMA31
+from .mistral import MISTRAL
 from .parser import (
     FormatParseError,
     ParsedTurn,
@@ -21,7 +25,8 @@ from .render import render_assistant, render_prompt
 from .request import Tool, TurnRequest, tools_from_openai
 from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
 
-FORMATS: dict[str, ChatFormat] = {f.name: f for f in (GEMMA3, QWEN3, KIMI_K2, PLAMO3)}
+FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
+    GEMMA3, QWEN3, KIMI_K2, PLAMO3, DEEPSEEK_V31, GLM45, LLAMA31, MISTRAL)}
 _ALIASES = {a: f for f in FORMATS.values() for a in f.aliases}
 
 

@@ -1,19 +1,23 @@
 """One Lark grammar (llguidance dialect) for a whole assistant turn of a chat format.
 
-    start: [reasoning] body
-    body:  content END | content? OPENER calls END | OPENER calls END    (by tool_choice)
+    start: [reasoning | off marker] body
+    body:  content END | content? OPENER calls CALLS_END | OPENER calls CALLS_END
+           (by tool_choice; `content?` only where the format writes content before calls)
 
 Reasoning is off / optional / required, with an optional token budget after which the end
-marker is forced. Tool names are fixed strings; arguments are `%json` of each tool's parameters
-(strict level "full"), any JSON object ("names"), or any name and object ("off"). Free text stops
-at the next marker: a special token ends a regex by itself; a marker spelled as plain text is
-reached through a lazy rule, so text can never swallow it.
+marker is forced; a format's "no reasoning" marker (DeepSeek's "</think>") is allowed wherever
+no reasoning block is. Tool names are fixed strings; arguments are `%json` of each tool's
+parameters (strict level "full"), any JSON object ("names"), or any name and object ("off");
+per-key arguments bind each key to its property schema (see `keyed.py`). Free text stops at the
+next marker: a special token ends a regex by itself; a marker spelled as plain text is reached
+through a lazy rule, so text can never swallow it.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import llguidance as llg
@@ -21,10 +25,13 @@ import llguidance as llg
 from ..errors import ConstraintError
 from ..grammar import GrammarCompiler, Guards, JsonSchema
 from ..grammar.guards import apply_guards, escape_options, whitespace_options
+from . import keyed
 from .request import Tool, TurnRequest
-from .spec import ChatFormat
+from .spec import ChatFormat, ToolCallSyntax
 
-_ANY_TEXT = "/(?s:.*)/"
+_ANY_TEXT = "(?s:.*)"
+# Free text of a turn whose calls are bare JSON (Llama): it cannot start like a call.
+_NO_BRACE_TEXT = "(?s:([^{].*)?)"
 
 
 class _Builder:
@@ -49,31 +56,41 @@ class _Builder:
         if not text:
             return ""
         parts = self._split.split(text) if self._split else [text]
-        return " ".join(f"<[{self.special[p]}]>" if p in self.special else json.dumps(p)
-                        for p in parts if p)
+        items = [f"<[{self.special[p]}]>" if p in self.special else json.dumps(p)
+                 for p in parts if p]
+        return items[0] if len(items) == 1 else "(" + " ".join(items) + ")"
 
     def starts_special(self, text: str) -> bool:
         return any(text.startswith(t) for t in self.special)
 
-    def until(self, marker: str, *, max_tokens: int | None = None) -> str:
-        """A rule: free text, then `marker`."""
+    def until(self, markers: str | Sequence[str], *, max_tokens: int | None = None,
+              text: str = _ANY_TEXT) -> str:
+        """A rule: free text (matching the regex `text`), then one of `markers`.
+
+        Markers that start with a special token end the text by themselves; plain-text
+        markers need a lazy rule. A mix keeps the first marker's kind only."""
+        ms = [markers] if isinstance(markers, str) else list(dict.fromkeys(markers))
+        special = self.starts_special(ms[0])
+        ms = [m for m in ms if self.starts_special(m) == special]
         rule = self.name("text")
         opts = f"max_tokens={max_tokens}" if max_tokens else ""
-        if max_tokens and not self.starts_special(marker):
+        if max_tokens and not special:
             # llguidance lexemes are greedy: free text can only stop before a plain-text marker
             # through a lazy rule that contains the marker, and a token budget cutting that
             # rule short would drop the marker. A special-token marker has no such problem.
             raise ConstraintError(
-                f"a reasoning budget needs {marker!r} to be a special token of the vocabulary",
+                f"a reasoning budget needs {ms[0]!r} to be a special token of the vocabulary",
                 pointer="/max_reasoning_tokens")
-        if self.starts_special(marker):
+        ends = " | ".join(self.lit(m) for m in ms)
+        ends = ends if len(ms) == 1 else f"({ends})"
+        if special:
             # Text cannot contain a special token, so the regex ends where the marker starts.
             text_rule = self.name("free")
-            self.rules.append(f"{text_rule}{f'[{opts}]' if opts else ''}: {_ANY_TEXT}")
-            self.rules.append(f"{rule}: {text_rule} {self.lit(marker)}")
+            self.rules.append(f"{text_rule}{f'[{opts}]' if opts else ''}: /{text}/")
+            self.rules.append(f"{rule}: {text_rule} {ends}")
         else:
             flags = ", ".join(x for x in ("lazy", opts) if x)
-            self.rules.append(f"{rule}[{flags}]: {_ANY_TEXT} {json.dumps(marker)}")
+            self.rules.append(f"{rule}[{flags}]: /{text}/ {ends}")
         return rule
 
     def json(self, schema: Any) -> str:
@@ -91,48 +108,75 @@ def _special_id(tokenizer: llg.LLTokenizer, text: str) -> int | None:
     return ids[0] if len(ids) == 1 and tokenizer.is_special_token(ids[0]) else None
 
 
+def _seq(*parts: str) -> str:
+    return " ".join(p for p in parts if p)
+
+
 def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer, *,
                   guards: Guards | None = None,
                   compiler: GrammarCompiler | None = None) -> str:
     """The Lark grammar for the assistant turn `req` asks for, in format `fmt`."""
     g = guards or Guards()
     b = _Builder(fmt, tokenizer, g)
-    if req.strict_level == "full" and compiler is not None:
-        _check_tool_schemas(req.tools, {t.name for t in req.callable_tools}, compiler)
-    end = b.lit(fmt.end_of_turn)
     tools = req.callable_tools
     syntax = fmt.tool_calls
     if tools and syntax is None:
         raise ConstraintError(f"format {fmt.name!r} has no tool-call syntax", pointer="/tools")
+    if req.strict_level == "full":
+        if syntax is not None and syntax.layout == "per_key":
+            _check_keyed_schemas(req.tools, {t.name for t in tools})
+        if compiler is not None:
+            _check_tool_schemas(req.tools, {t.name for t in tools}, compiler)
+    content_ends = (fmt.end_of_turn, *fmt.end_of_turn_alt)
+    content_end = _one_of(b, content_ends)
+    cb = b.lit(fmt.content_begin)
 
     content_json = _content_schema(req.response_format)
     alternatives: list[str] = []
+    bare_calls = False  # calls without an opener: free text may not look like one
     if tools and syntax is not None:
         calls = _calls(b, fmt, req, tools)
+        calls_end = _one_of(b, (fmt.calls_end, *fmt.end_of_turn_alt))
         opener = b.lit(syntax.opener)
-        if req.tool_choice == "auto":
+        bare_calls = not syntax.opener and req.tool_choice == "auto"
+        if req.tool_choice == "auto" and syntax.content_before_calls and syntax.opener:
             if content_json is None:
-                alternatives.append(f"{b.until(syntax.opener)} {calls} {end}")
+                text = b.until(syntax.opener)
+                lead = f"({cb} {text} | {opener})" if cb else text
+                alternatives.append(f"{lead} {calls} {calls_end}")
             else:
-                alternatives.append(f"{b.json(content_json)}? {opener} {calls} {end}")
+                alternatives.append(
+                    _seq(f"({_seq(cb, b.json(content_json))})?", opener, calls, calls_end))
         else:
-            alternatives.append(f"{opener} {calls} {end}")
+            alternatives.append(_seq(opener, calls, calls_end))
     if req.tool_choice in ("auto", "none") or not tools:
         if content_json is None:
-            alternatives.append(b.until(fmt.end_of_turn))
+            text = b.until(content_ends, text=_NO_BRACE_TEXT if bare_calls else _ANY_TEXT)
+            alternatives.append(_seq(cb, text))
         else:
-            wrapped = " ".join(x for x in (b.lit(fmt.json_prefix), b.json(content_json),
-                                           b.lit(fmt.json_suffix)) if x)
-            alternatives.append(f"{wrapped} {end}")
+            alternatives.append(_seq(cb, b.lit(fmt.json_prefix), b.json(content_json),
+                                     b.lit(fmt.json_suffix), content_end))
     b.rules.insert(0, "body: " + " | ".join(alternatives))
 
-    reasoning = ""
-    if req.reasoning != "off" and fmt.reasoning is not None:
-        r = fmt.reasoning
-        think = b.until(r.end, max_tokens=req.max_reasoning_tokens)
-        b.rules.append(f"reasoning: {b.lit(r.begin)} {think}")
-        reasoning = "reasoning " if req.reasoning == "required" else "reasoning? "
-    return "\n".join([f"start: {reasoning}body", *b.rules]) + "\n"
+    lead = ""
+    r = fmt.reasoning
+    if r is not None:
+        off = b.lit(r.off)
+        if req.reasoning == "off":
+            lead = f"{off}? " if off else ""
+        else:
+            think = b.until(r.end, max_tokens=req.max_reasoning_tokens)
+            b.rules.append(f"reasoning: {b.lit(r.begin)} {think}")
+            if req.reasoning == "required":
+                lead = "reasoning "
+            else:
+                lead = f"(reasoning | {off})? " if off else "reasoning? "
+    return "\n".join([f"start: {lead}body", *b.rules]) + "\n"
+
+
+def _one_of(b: _Builder, markers: Sequence[str]) -> str:
+    items = [b.lit(m) for m in dict.fromkeys(markers) if m]
+    return items[0] if len(items) == 1 else "(" + " | ".join(items) + ")"
 
 
 def _calls(b: _Builder, fmt: ChatFormat, req: TurnRequest, tools: tuple[Tool, ...]) -> str:
@@ -140,20 +184,22 @@ def _calls(b: _Builder, fmt: ChatFormat, req: TurnRequest, tools: tuple[Tool, ..
     s = fmt.tool_calls
     assert s is not None  # checked by the caller
     inner = b.name("call_inner")
-    b.rules.append(f"{inner}: " + " | ".join(_call_inner(b, s, req, t) for t in tools))
     if req.strict_level == "off":
-        b.rules[-1] = f"{inner}: {_call_inner(b, s, req, None)}"
+        b.rules.append(f"{inner}: {_call_inner(b, s, req, None)}")
+    else:
+        b.rules.append(f"{inner}: " + " | ".join(_call_inner(b, s, req, t) for t in tools))
     call = b.name("call")
-    b.rules.append(f"{call}: {b.lit(s.call_begin)} {inner} {b.lit(s.call_end)}")
+    b.rules.append(f"{call}: {_seq(b.lit(s.call_begin), inner, b.lit(s.call_end))}")
     # the first call's begin marker is the opener when there is no section marker
-    first = f"{inner} {b.lit(s.call_end)}" if not s.section_begin else call
-    more = f"({b.lit(s.separator)} {call})*" if req.parallel_tool_calls else ""
+    first = _seq(inner, b.lit(s.call_end)) if not s.section_begin else call
+    more = f"({_seq(b.lit(s.separator), call)})*" if req.parallel_tool_calls and s.parallel \
+        else ""
     rule = b.name("calls")
-    b.rules.append(f"{rule}: {first} {more} {b.lit(s.section_end)}".rstrip())
+    b.rules.append(f"{rule}: {_seq(first, more, b.lit(s.section_end))}")
     return rule
 
 
-def _call_inner(b: _Builder, s: Any, req: TurnRequest, tool: Tool | None) -> str:
+def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | None) -> str:
     params: Any = {"type": "object"}
     if tool is not None and req.strict_level == "full" and tool.parameters is not None:
         params = tool.parameters
@@ -166,8 +212,43 @@ def _call_inner(b: _Builder, s: Any, req: TurnRequest, tool: Tool | None) -> str
     parts = [b.lit(s.name_prefix), name]
     if s.index_sep:
         parts += [b.lit(s.index_sep), "/[0-9]+/"]
-    parts += [b.lit(s.args_begin), b.json(params)]
-    return " ".join(p for p in parts if p)
+    parts.append(b.lit(s.args_begin))
+    parts.append(_keyed_args(b, s, params) if s.layout == "per_key" else b.json(params))
+    return _seq(*parts)
+
+
+def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any) -> str:
+    """Per-key arguments: the declared keys in property order, required ones present."""
+    props = keyed.properties(params)
+    key_open, value_open = b.lit(s.key_begin), b.lit(s.value_begin)
+    if props is None:
+        key = b.until(s.key_end)
+        value = b.until(s.value_end)
+        return f"({_seq(key_open, key, value_open, value)})*"
+    required = set(params.get("required") or ())
+    pairs = []
+    for k, prop in props.items():
+        pair = _seq(key_open, json.dumps(k), b.lit(s.key_end), value_open,
+                    _keyed_value(b, s, params, prop))
+        pairs.append(pair if k in required else f"({pair})?")
+    rule = b.name("args")
+    b.rules.append(f"{rule}: {' '.join(pairs)}" if pairs else f'{rule}: ""')
+    return rule
+
+
+def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any) -> str:
+    end = b.lit(s.value_end)
+    if not keyed.is_raw_string(prop):
+        return f"{b.json(keyed.value_schema(params, prop))} {end}"
+    if "const" in prop:
+        return f"{json.dumps(prop['const'])} {end}"
+    if isinstance(prop.get("enum"), list):
+        return "(" + " | ".join(json.dumps(e) for e in prop["enum"]) + f") {end}"
+    low = prop.get("minLength", 0)
+    high = prop.get("maxLength", b.guards.max_string_length)
+    if low or high is not None:
+        return b.until(s.value_end, text=f"(?s:.{{{low},{'' if high is None else high}}})")
+    return b.until(s.value_end)
 
 
 def _content_schema(rf: Any) -> Any:
@@ -180,6 +261,12 @@ def _content_schema(rf: Any) -> Any:
         return spec.get("schema", {})
     raise ConstraintError(f"unsupported response_format type {rf.get('type')!r}",
                           pointer="/response_format/type")
+
+
+def _check_keyed_schemas(tools: tuple[Tool, ...], callable_names: set[str]) -> None:
+    for i, t in enumerate(tools):
+        if t.parameters is not None and t.name in callable_names:
+            keyed.check(t.parameters, f"/tools/{i}/function/parameters")
 
 
 def _check_tool_schemas(tools: tuple[Tool, ...], callable_names: set[str],

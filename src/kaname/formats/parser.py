@@ -11,10 +11,13 @@ A turn that does not follow the format raises `FormatParseError`: never silently
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import KanameError
+from . import keyed
+from .request import Tool
 from .spec import ChatFormat
 
 
@@ -64,8 +67,10 @@ class _Scan:
     """One pass over (possibly partial) turn text. With partial=True, stops cleanly where the
     text runs out and records how far each field is final."""
 
-    def __init__(self, fmt: ChatFormat, text: str, partial: bool, id_prefix: str):
+    def __init__(self, fmt: ChatFormat, text: str, partial: bool, id_prefix: str,
+                 tools: Mapping[str, Tool] | None = None):
         self.fmt, self.text, self.partial, self.id_prefix = fmt, text, partial, id_prefix
+        self.tools = tools
         self.pos = 0
         self.turn = ParsedTurn()
         self.open_args: str | None = None  # arguments of a call still being written
@@ -85,32 +90,57 @@ class _Scan:
             return False
         raise self.fail(f"expected {marker!r}")
 
+    def expect_end(self, markers: Sequence[str]) -> None:
+        """Consume one of the end-of-turn markers; nothing may follow it."""
+        rest = self.text[self.pos:]
+        for m in markers:
+            if rest.startswith(m):
+                self.pos += len(m)
+                if self.text[self.pos:].strip():
+                    raise self.fail("text after the end of turn")
+                return
+        if self.partial and any(m.startswith(rest) for m in markers):
+            self.pos = len(self.text)
+            return
+        raise self.fail(f"expected one of {list(markers)!r}")
+
     def run(self) -> ParsedTurn:
         f = self.fmt
-        eot = f.end_of_turn
-        if f.reasoning and self.text.startswith(f.reasoning.begin):
-            start = len(f.reasoning.begin)
-            end = self.text.find(f.reasoning.end, start)
-            pad = f.reasoning.pad
-            if end < 0:
-                if not self.partial:
-                    raise self.fail("reasoning block never ends")
-                body = self.text[start:]
-                # hold back what may still become the pad + end marker
-                keep = len(body) - max(_held(body, [f.reasoning.end]) + len(pad),
-                                       _held(body, [pad + f.reasoning.end]))
-                self.turn.reasoning_content = body[:max(0, keep)]
-                self.pos = len(self.text)
+        if not self._reasoning():
+            return self.turn
+        s = f.tool_calls
+        opener = s.opener if s else ""
+        content_ends = [f.end_of_turn, *f.end_of_turn_alt]
+        calls_ends = list(dict.fromkeys([f.calls_end, *f.end_of_turn_alt]))
+        rest = self.text[self.pos:]
+        if s is not None and not opener and rest.startswith("{"):
+            # A bare JSON call (Llama) is a call only when an end marker follows it.
+            start = self.pos
+            done = self._bare_call()
+            if done is False:
+                return self.turn  # undecided yet
+            if done:
+                after = self.text[self.pos:]
+                if any(after.startswith(m) for m in calls_ends):
+                    self.expect_end(calls_ends)
+                    return self.turn
+                self.turn.tool_calls.clear()
+                if self.partial and any(m.startswith(after) for m in calls_ends):
+                    return self.turn  # undecided yet
+                self.pos = start  # a call-shaped object with more text after it: content
+        if s is not None and opener and (f.content_begin or not s.content_before_calls):
+            if rest.startswith(opener):
+                self._calls()
+                if self.pos < len(self.text) or not self.partial:
+                    self.expect_end(calls_ends)
                 return self.turn
-            body = self.text[start:end]
-            body = body[:-len(pad)] if pad and body.endswith(pad) else body
-            self.turn.reasoning_content = body or None  # an empty block says nothing
-            self.pos = end + len(f.reasoning.end)
-        elif self.partial and f.reasoning and f.reasoning.begin.startswith(self.text):
-            return self.turn  # cannot tell yet
-        opener = f.tool_calls.opener if f.tool_calls else None
-        glue = f.tool_calls.after_content if f.tool_calls else ""
-        markers = [m for m in (opener and glue + opener, opener, eot) if m]
+            if self.partial and opener.startswith(rest):
+                return self.turn  # cannot tell yet
+        if f.content_begin and not self.expect(f.content_begin):
+            return self.turn
+        with_calls = s is not None and bool(opener) and s.content_before_calls
+        glue = s.after_content if s is not None and with_calls else ""
+        markers = [*(m for m in (glue + opener, opener) if with_calls and m), *content_ends]
         rest = self.text[self.pos:]
         cut = min((i for m in markers if (i := rest.find(m)) >= 0), default=-1)
         if cut < 0:
@@ -121,17 +151,48 @@ class _Scan:
             self.pos = len(self.text)
             return self.turn
         content = rest[:cut]
-        self.pos += cut
-        if glue and opener and rest.startswith(glue + opener, cut):
-            self.pos += len(glue)  # the glue between content and calls is not content
         self.turn.content = self._content(content) if content else None
-        if opener and self.text.startswith(opener, self.pos):
+        self.pos += cut
+        if glue and rest.startswith(glue + opener, cut):
+            self.pos += len(glue)  # written between content and the calls; not content
+        ends = content_ends
+        if with_calls and self.text.startswith(opener, self.pos):
             self._calls()
+            ends = calls_ends
         if self.pos < len(self.text) or not self.partial:
-            self.expect(eot)
-            if self.text[self.pos:].strip():
-                raise self.fail("text after the end of turn")
+            self.expect_end(ends)
         return self.turn
+
+    def _reasoning(self) -> bool:
+        """Read the reasoning block or the no-reasoning marker; False: text ran out."""
+        r = self.fmt.reasoning
+        if r is None:
+            return True
+        if self.text.startswith(r.begin):
+            start = len(r.begin)
+            end = self.text.find(r.end, start)
+            pad = r.pad
+            if end < 0:
+                if not self.partial:
+                    raise self.fail("reasoning block never ends")
+                body = self.text[start:]
+                # hold back what may still become the pad + end marker
+                keep = len(body) - max(_held(body, [r.end]) + len(pad),
+                                       _held(body, [pad + r.end]))
+                self.turn.reasoning_content = body[:max(0, keep)]
+                self.pos = len(self.text)
+                return False
+            body = self.text[start:end]
+            body = body[:-len(pad)] if pad and body.endswith(pad) else body
+            self.turn.reasoning_content = body or None  # an empty block says nothing
+            self.pos = end + len(r.end)
+            return True
+        if r.off and self.text.startswith(r.off):
+            self.pos = len(r.off)
+            return True
+        if self.partial and any(m.startswith(self.text) for m in (r.begin, r.off) if m):
+            return False  # cannot tell yet
+        return True
 
     def _content(self, text: str, final: bool = True) -> str:
         """Content without the format's JSON wrapper; while partial, the wrapper's closing
@@ -150,6 +211,28 @@ class _Scan:
             return text[len(f.json_prefix):len(text) - len(f.json_suffix)]
         return text
 
+    def _bare_call(self) -> bool | None:
+        """A call written as a bare JSON object (Llama): True when read, False when the text
+        ran out inside it, None when the object is not call-shaped (it is content then)."""
+        s = self.fmt.tool_calls
+        assert s is not None
+        start = self.pos
+        try:
+            value, end = json.JSONDecoder().raw_decode(self.text, self.pos)
+        except json.JSONDecodeError:
+            if self.partial:
+                self.pos = len(self.text)
+                return False  # undecided until the object ends (or the turn does)
+            return None
+        self.pos = end
+        if not (isinstance(value, dict) and set(value) == {s.name_key, s.args_key}
+                and isinstance(value[s.name_key], str)):
+            self.pos = start
+            return None
+        args = json.dumps(value[s.args_key], ensure_ascii=False)
+        self.turn.tool_calls.append(ToolCall(0, value[s.name_key], args, f"{self.id_prefix}0"))
+        return True
+
     def _calls(self) -> None:
         s = self.fmt.tool_calls
         assert s is not None
@@ -163,10 +246,10 @@ class _Scan:
             index += 1
             nxt = s.separator + s.call_begin
             rest = self.text[self.pos:]
-            if rest.startswith(nxt):
+            if s.parallel and rest.startswith(nxt):
                 self.pos += len(s.separator)
                 continue
-            if self.partial and nxt.startswith(rest):
+            if self.partial and s.parallel and nxt.startswith(rest):
                 self.pos = len(self.text)  # another call may still follow: undecided
                 return
             break
@@ -207,10 +290,65 @@ class _Scan:
         self.turn.tool_calls.append(call)
         if not self.expect(s.args_begin):
             return False
+        if s.layout == "per_key":
+            return self._keyed_args(call)
         start = self.pos
         value, ok = self._json()
         call.arguments = self.text[start:self.pos] if ok else self.open_args or ""
         return ok
+
+    def _keyed_args(self, call: ToolCall) -> bool:
+        """Per-key arguments, rebuilt as one JSON object text: `{"k": v, ...}` (a string value
+        quoted, any other as written). While partial, `call.arguments` is a prefix of that."""
+        s = self.fmt.tool_calls
+        assert s is not None
+        tool = (self.tools or {}).get(call.name)
+        props = keyed.properties(tool.parameters) if tool is not None else None
+        pieces: list[str] = []
+
+        def partial(extra: str = "") -> bool:
+            sep = ", " if pieces and extra else ""
+            call.arguments = "{" + ", ".join(pieces) + sep + extra
+            self.pos = len(self.text)
+            return False
+
+        while True:
+            rest = self.text[self.pos:]
+            if not rest.startswith(s.key_begin):
+                if self.partial and s.key_begin.startswith(rest):
+                    return partial()  # another key may follow: undecided
+                break
+            self.pos += len(s.key_begin)
+            key_at = self.text.find(s.key_end, self.pos)
+            if key_at < 0:
+                if self.partial:
+                    return partial()
+                raise self.fail("argument key never ends")
+            key = self.text[self.pos:key_at]
+            self.pos = key_at + len(s.key_end)
+            if not self.expect(s.value_begin):
+                return partial()
+            schema = props.get(key) if props is not None else None
+            known = props is not None and key in props
+            head = json.dumps(key, ensure_ascii=False) + ": "
+            value_at = self.text.find(s.value_end, self.pos)
+            if value_at < 0:
+                if not self.partial:
+                    raise self.fail("argument value never ends")
+                body = self.text[self.pos:]
+                body = body[:len(body) - _held(body, [s.value_end])]
+                if not known:
+                    return partial(head)  # raw or JSON: undecided until the value ends
+                if keyed.is_raw_string(schema):
+                    return partial(head + json.dumps(body, ensure_ascii=False)[:-1])
+                return partial(head + body)
+            value = keyed.decode(self.text[self.pos:value_at], schema, known=known)
+            if value is None:
+                raise self.fail(f"argument {key!r} is not JSON")
+            pieces.append(head + value)
+            self.pos = value_at + len(s.value_end)
+        call.arguments = "{" + ", ".join(pieces) + "}"
+        return True
 
     def _json(self) -> tuple[Any, bool]:
         try:
@@ -225,17 +363,35 @@ class _Scan:
         return value, True
 
 
-def parse_partial(fmt: ChatFormat, text: str, *, id_prefix: str = "call_") -> ParsedTurn:
+def _tool_map(tools: Sequence[Tool] | None) -> dict[str, Tool] | None:
+    return {t.name: t for t in tools} if tools else None
+
+
+def parse_partial(fmt: ChatFormat, text: str, *, id_prefix: str = "call_",
+                  tools: Sequence[Tool] | None = None) -> ParsedTurn:
     """What can be read from a turn cut short (finish_reason "length"): nothing is dropped
     except a marker or tool call still being written."""
-    return _Scan(fmt, text, True, id_prefix).run()
+    return _Scan(fmt, text, True, id_prefix, _tool_map(tools)).run()
 
 
-def parse(fmt: ChatFormat, text: str, *, id_prefix: str = "call_") -> ParsedTurn:
-    """Parse a complete assistant turn (end-of-turn marker included or not)."""
-    if not text.rstrip().endswith(fmt.end_of_turn):
-        text += fmt.end_of_turn
-    return _Scan(fmt, text, False, id_prefix).run()
+def parse(fmt: ChatFormat, text: str, *, id_prefix: str = "call_",
+          tools: Sequence[Tool] | None = None) -> ParsedTurn:
+    """Parse a complete assistant turn (end-of-turn marker included or not).
+
+    `tools` (the request's) tell per-key formats (GLM-4.5) which argument values are raw
+    strings; without them a value is read as JSON when it parses and as a string otherwise,
+    so a string argument "12" would come back as the number 12."""
+    tool_map = _tool_map(tools)
+    if any(text.rstrip().endswith(m) for m in fmt.end_markers):
+        return _Scan(fmt, text, False, id_prefix, tool_map).run()
+    error: FormatParseError | None = None
+    for end in dict.fromkeys((fmt.end_of_turn, fmt.calls_end)):
+        try:
+            return _Scan(fmt, text + end, False, id_prefix, tool_map).run()
+        except FormatParseError as e:
+            error = error or e
+    assert error is not None
+    raise error
 
 
 class StreamParser:
@@ -246,9 +402,12 @@ class StreamParser:
     a call) | {"tool_calls": [{"index", "function": {"arguments": fragment}}]}.
     """
 
-    def __init__(self, fmt: ChatFormat, *, id_prefix: str = "call_"):
+    def __init__(self, fmt: ChatFormat, *, id_prefix: str = "call_",
+                 tools: Sequence[Tool] | None = None):
         self.fmt = fmt
         self.id_prefix = id_prefix
+        self.tools = tools
+        self._tool_map = _tool_map(tools)
         self.text = ""
         self._reasoning = 0
         self._content = 0
@@ -256,10 +415,11 @@ class StreamParser:
 
     def feed(self, chunk: str) -> list[dict[str, Any]]:
         self.text += chunk
-        return self._diff(_Scan(self.fmt, self.text, True, self.id_prefix).run())
+        return self._diff(_Scan(self.fmt, self.text, True, self.id_prefix,
+                                self._tool_map).run())
 
     def finish(self) -> tuple[ParsedTurn, list[dict[str, Any]]]:
-        turn = parse(self.fmt, self.text, id_prefix=self.id_prefix)
+        turn = parse(self.fmt, self.text, id_prefix=self.id_prefix, tools=self.tools)
         return turn, self._diff(turn)
 
     def _diff(self, turn: ParsedTurn) -> list[dict[str, Any]]:

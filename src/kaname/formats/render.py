@@ -6,11 +6,13 @@ enforces, so the model sees its own history in the shape it is asked to produce.
 
 from __future__ import annotations
 
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import ConstraintError
+from . import keyed
 from .request import Tool
 from .spec import ChatFormat
 
@@ -50,6 +52,13 @@ def render_tool_calls(fmt: ChatFormat, calls: Sequence[Mapping[str, Any]]) -> st
                                   pointer=f"/tool_calls/{i}/function/arguments") from e
         if s.layout == "json":
             body = json.dumps({s.name_key: name, s.args_key: args}, ensure_ascii=False)
+        elif s.layout == "per_key":
+            if not isinstance(args, Mapping):
+                raise ConstraintError("tool call arguments must be a JSON object",
+                                      pointer=f"/tool_calls/{i}/function/arguments")
+            pairs = "".join(f"{s.key_begin}{k}{s.key_end}{s.value_begin}{keyed.encode(v)}"
+                            f"{s.value_end}" for k, v in args.items())
+            body = f"{s.name_prefix}{name}{s.args_begin}{pairs}"
         elif s.index_sep and call.get("id"):
             body = f"{call['id']}{s.args_begin}{_args_text(raw)}"
         else:
@@ -66,45 +75,67 @@ def _args_text(raw: Any) -> str:
 
 
 def render_assistant(fmt: ChatFormat, message: Mapping[str, Any], where: str, *,
-                     with_reasoning: bool = True) -> str:
-    """The generated part of an assistant turn, end-of-turn marker included."""
+                     with_reasoning: bool = True, continuing: bool = False) -> str:
+    """The generated part of an assistant turn, end-of-turn marker included.
+
+    `continuing`: the turn goes on after tool results (DeepSeek V3.1), so no reasoning or
+    no-reasoning marker opens it."""
     out = ""
+    r = fmt.reasoning
     reasoning = message.get("reasoning_content") if with_reasoning else None
-    if reasoning and fmt.reasoning is not None:
-        r = fmt.reasoning
-        out += r.begin + (reasoning.strip(r.pad) if r.pad else reasoning) + r.pad + r.end
+    if r is not None and not continuing:
+        if reasoning:
+            out += r.begin + (reasoning.strip(r.pad) if r.pad else reasoning) + r.pad + r.end
+        else:
+            out += r.off
     content = _text(message.get("content"), where)
     calls = render_tool_calls(fmt, message.get("tool_calls") or [])
-    out += content
+    if content:
+        out += fmt.content_begin + content
     if content and calls and fmt.tool_calls is not None:
         out += fmt.tool_calls.after_content
     out += calls
-    return out + fmt.end_of_turn
+    if calls:
+        return out + fmt.calls_end
+    return out + (fmt.end_of_turn if fmt.history_end is None else fmt.history_end)
 
 
 def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                   tools: Sequence[Tool] = (), *, add_generation_prompt: bool = True) -> str:
     if not messages:
         raise ConstraintError("messages must not be empty", pointer="/messages")
-    tools_text = ""
-    if tools and fmt.tools_position != "none":
-        tools_text = fmt.tools_template.format(tools=_tools_json(fmt, tools))
-    out = fmt.bos
+    tools_text = render_tools(fmt, tools) if tools and fmt.tools_position != "none" else ""
+    out = fmt.bos + fmt.preamble.format(date=datetime.date.today().isoformat())
     msgs = list(messages)
-    if fmt.default_system and msgs[0].get("role") not in ("system", "developer"):
+    has_system = msgs[0].get("role") in ("system", "developer")
+    if fmt.default_system and not has_system:
         msgs.insert(0, {"role": "system", "content": fmt.default_system})
+        has_system = True
+    preamble = (fmt.tools_preamble if tools_text else "") + fmt.system_preamble
+    if preamble:
+        first = dict(msgs[0]) if has_system else {"role": "system", "content": ""}
+        first["content"] = preamble + _text(first.get("content"), "/messages/0")
+        msgs[0:1 if has_system else 0] = [first]
+        has_system = True
+    system_template = fmt.system
     if tools_text:
         if fmt.tools_position == "own_system":  # the template is a whole turn of its own
             out += tools_text
-        elif msgs[0].get("role") in ("system", "developer"):
-            first = dict(msgs[0])
-            first["content"] = _text(first.get("content"), "/messages/0") + tools_text
-            msgs[0] = first
-        else:
-            msgs.insert(0, {"role": "system", "content": tools_text.lstrip("\n")})
+        elif fmt.tools_position == "system":
+            if has_system:
+                first = dict(msgs[0])
+                first["content"] = _text(first.get("content"), "/messages/0") + tools_text
+                msgs[0] = first
+            else:
+                msgs.insert(0, {"role": "system", "content": tools_text.lstrip("\n"),
+                                "kaname_tools_only": True})
     last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=-1)
+    first_user = next((i for i, m in enumerate(msgs) if m.get("role") == "user"), -1)
     in_tools = False
+    after_tool = False
     pending_system = ""  # system text waiting for the first user turn (Gemma)
+    call_names: dict[str, str] = {}  # tool_call_id -> function name, for tool results
+    last_call = ""
     for i, m in enumerate(msgs):
         where = f"/messages/{i}"
         role = m.get("role") if isinstance(m, Mapping) else None
@@ -112,32 +143,62 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
             out += fmt.tool_close
             in_tools = False
         if role in ("system", "developer"):
-            text = fmt.system.format(content=_text(m.get("content"), where))
+            template = fmt.tools_system if m.get("kaname_tools_only") and fmt.tools_system \
+                else system_template
+            text = template.format(content=_text(m.get("content"), where))
             if fmt.system_in_first_user:
                 pending_system += text
             else:
                 out += text
         elif role == "user":
-            out += fmt.user.format(content=pending_system + _text(m.get("content"), where))
+            content = pending_system + _text(m.get("content"), where)
+            if i == first_user and tools_text and fmt.tools_position == "first_user":
+                content = tools_text + content
+            if i == first_user and tools_text and fmt.tools_position == "before_first_user":
+                out += tools_text
+            out += fmt.user.format(content=content)
             pending_system = ""
         elif role == "assistant":
-            keep = fmt.reasoning_history == "keep" or i > last_user
-            out += fmt.assistant_prefix + render_assistant(fmt, m, where, with_reasoning=keep) \
-                + fmt.after_turn
+            keep = fmt.reasoning_history == "keep" or (
+                fmt.reasoning_history == "after_last_user" and i > last_user)
+            continuing = fmt.continue_after_tool and after_tool
+            out += ("" if continuing else fmt.assistant_prefix) + render_assistant(
+                fmt, m, where, with_reasoning=keep, continuing=continuing) + fmt.after_turn
+            for call in m.get("tool_calls") or []:
+                last_call = (call.get("function") or {}).get("name", "")
+                call_names[str(call.get("id", ""))] = last_call
         elif role == "tool":
             if not in_tools:
                 out += fmt.tool_open
                 in_tools = True
-            out += fmt.tool_result.format(content=_text(m.get("content"), where),
-                                          name=m.get("name", ""),
-                                          tool_call_id=m.get("tool_call_id", ""))
+            call_id = m.get("tool_call_id", "")
+            out += fmt.tool_result.format(
+                content=_text(m.get("content"), where), tool_call_id=call_id,
+                name=m.get("name") or call_names.get(str(call_id), last_call))
         else:
             raise ConstraintError(f"unsupported message role {role!r}", pointer=f"{where}/role")
+        after_tool = role == "tool"
     if in_tools:
         out += fmt.tool_close
-    if add_generation_prompt:
+    if add_generation_prompt and not (fmt.continue_after_tool and after_tool):
         out += fmt.generation_prompt
     return out
+
+
+def render_tools(fmt: ChatFormat, tools: Sequence[Tool]) -> str:
+    """The tool definitions as the format's tools template writes them."""
+    if fmt.tools_renderer is not None:
+        body = fmt.tools_renderer(tools)
+    elif fmt.tool_template:
+        body = "".join(fmt.tool_template.format(
+            name=t.name, description=t.description,
+            parameters=json.dumps(t.parameters or {}, ensure_ascii=False),
+            json=json.dumps(t.to_openai(), ensure_ascii=False),
+            json_indent4=json.dumps(t.to_openai(), ensure_ascii=False, indent=4))
+            for t in tools)
+    else:
+        body = _tools_json(fmt, tools)
+    return fmt.tools_template.format(tools=body)
 
 
 def _tools_json(fmt: ChatFormat, tools: Sequence[Tool]) -> str:

@@ -8,8 +8,12 @@ the vocabulary, the grammar uses the token, not its spelling.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .request import Tool
 
 
 @dataclass(frozen=True)
@@ -18,11 +22,16 @@ class ReasoningSyntax:
 
     `pad` is written between the reasoning text and `end` when rendering and stripped when
     parsing (Qwen3 writes "<think>\n" + text + "\n" + "</think>\n\n").
+    `off` is what a turn without reasoning starts with where the model marks that itself
+    (DeepSeek V3.1 "</think>", GLM-4.5 "\n<think></think>\n"): the grammar allows it, optionally,
+    wherever no reasoning block is written, the parser skips it, and history turns whose
+    reasoning is not shown are rendered with it.
     """
 
     begin: str
     end: str
     pad: str = ""
+    off: str = ""
 
 
 @dataclass(frozen=True)
@@ -33,10 +42,17 @@ class ToolCallSyntax:
     layout "name_args": call_begin + name_prefix + NAME + index_sep + INDEX? + args_begin + ARGS
         + call_end   (INDEX only when `index_sep` is set; the call id is then the text from
         name_prefix to INDEX, e.g. Kimi's "functions.get_weather:0", rendered verbatim)
+    layout "per_key": call_begin + name_prefix + NAME + args_begin
+        + (key_begin KEY key_end value_begin VALUE value_end)* + call_end, one pair per argument;
+        a string value is written raw, any other value as JSON (GLM-4.5). The parser rebuilds
+        the arguments JSON text.
     Calls sit between section_begin and section_end, separated by `separator`.
+    `end_of_turn` ends a turn with calls where that differs from the format's end of turn
+    (GLM-4.5 "<|observation|>", harmony "<|call|>"). `parallel=False`: the format carries at
+    most one call per turn. `content_before_calls=False`: a turn has content or calls, not both.
     """
 
-    layout: Literal["json", "name_args"]
+    layout: Literal["json", "name_args", "per_key"]
     call_begin: str
     call_end: str
     section_begin: str = ""
@@ -47,13 +63,23 @@ class ToolCallSyntax:
     name_prefix: str = ""
     index_sep: str = ""
     args_begin: str = ""
+    key_begin: str = ""
+    key_end: str = ""
+    value_begin: str = ""
+    value_end: str = ""
+    end_of_turn: str = ""
+    parallel: bool = True
+    content_before_calls: bool = True
     # written between non-empty content and the first call (Qwen3: "\n"); not content
     after_content: str = ""
 
     @property
     def opener(self) -> str:
-        """The text that starts the tool-call part of a turn."""
+        """The text that starts the tool-call part of a turn ("" for Llama's bare JSON)."""
         return self.section_begin or self.call_begin
+
+
+ToolsRenderer = Callable[[Sequence["Tool"]], str]
 
 
 @dataclass(frozen=True)
@@ -61,9 +87,10 @@ class ChatFormat:
     """Everything kaname needs to know about one model family's chat turns.
 
     Role templates take `{content}`; `tools_template` takes `{tools}` (the tool definitions,
-    serialised as `tools_json` says) and is placed where `tools_position` says. Consecutive tool
-    results share one `tool_open` … `tool_close` around a `tool_result` each (`{content}`,
-    `{name}`, `{tool_call_id}`).
+    serialised as `tools_json` says, or one `tool_template` each with `{name}`, `{description}`,
+    `{parameters}` and `{json}` / `{json_indent4}` of the whole tool, or by `tools_renderer`) and
+    is placed where `tools_position` says. Consecutive tool results share one `tool_open` …
+    `tool_close` around a `tool_result` each (`{content}`, `{name}`, `{tool_call_id}`).
     """
 
     name: str
@@ -81,17 +108,55 @@ class ChatFormat:
     tool_close: str = ""
     tools_template: str = ""
     tools_json: Literal["lines", "compact_list", "list"] = "lines"
-    tools_position: Literal["system", "own_system", "none"] = "none"
+    tool_template: str = ""
+    tools_renderer: ToolsRenderer | None = None
+    # "system": appended to the first system turn (created if none; `tools_system` is then its
+    # template, when set); "own_system": a turn of its own before everything; "first_user":
+    # prepended to the first user message's text; "before_first_user": written just before
+    # the first user turn.
+    tools_position: Literal["system", "own_system", "first_user", "before_first_user",
+                            "none"] = "none"
+    tools_system: str = ""
     reasoning: ReasoningSyntax | None = None
     tool_calls: ToolCallSyntax | None = None
+    # written before content (free text or JSON) and stripped when parsing (harmony's
+    # "<|channel|>final<|message|>"); json_prefix/json_suffix wrap JSON content only.
+    content_begin: str = ""
     json_prefix: str = ""
     json_suffix: str = ""
     after_turn: str = "\n"
+    # Other markers the model may end a turn with (Llama 3.1 "<|eom_id|>"): accepted by the
+    # grammar and the parser, never rendered.
+    end_of_turn_alt: tuple[str, ...] = ()
+    # What ends an assistant turn in the history, where the template writes something other
+    # than the marker the model emitted (GLM-4.5: nothing, the next turn's marker ends it;
+    # harmony: "<|end|>"). None: the emitted marker.
+    history_end: str | None = None
     # "after_last_user": reasoning of assistant turns before the last user message is
-    # dropped when rendering history (Qwen3).
-    reasoning_history: Literal["keep", "after_last_user"] = "keep"
+    # dropped when rendering history (Qwen3); "drop": never rendered (DeepSeek V3.1).
+    reasoning_history: Literal["keep", "after_last_user", "drop"] = "keep"
     # Inserted as the first system turn when the conversation has none (Kimi K2).
     default_system: str = ""
+    # Written at the start of the first system turn's text, the turn being created if the
+    # conversation has none (Llama 3.1's dates); `tools_preamble` goes before it when tools
+    # are given ("Environment: ipython\n").
+    system_preamble: str = ""
+    tools_preamble: str = ""
+    # Written right after `bos`, always (harmony's system message); "{date}" is today's date.
+    preamble: str = ""
     # Gemma-style: the system text opens the first user turn instead of a turn of its own.
     system_in_first_user: bool = False
+    # DeepSeek V3.1: after tool results the model goes on with its turn: no assistant prefix,
+    # no reasoning marker and no generation prompt follow them.
+    continue_after_tool: bool = False
     aliases: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def calls_end(self) -> str:
+        """The end-of-turn marker after tool calls."""
+        return (self.tool_calls.end_of_turn if self.tool_calls else "") or self.end_of_turn
+
+    @property
+    def end_markers(self) -> tuple[str, ...]:
+        """Every marker a turn may end with."""
+        return tuple(dict.fromkeys((self.end_of_turn, self.calls_end, *self.end_of_turn_alt)))
