@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 
@@ -145,7 +146,24 @@ OFFICIAL_TURNS = {
     "llama31": '{"name": "get_weather", "parameters": {"city": "Tokyo"}}<|eot_id|>',
     "mistral": ("[THINK]Need weather.[/THINK][TOOL_CALLS]get_weather[ARGS]{\"city\": \"Tokyo\"}"
                 "</s>"),
+    "gpt_oss": ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant to=functions."
+                "get_weather<|channel|>commentary json<|message|>{\"city\": \"Tokyo\"}<|call|>"),
 }
+# Not byte-exact to a template revision (they differ in the tools-only channel line, in
+# JSON-quoting string arguments and results, and fail on a parameter without a description):
+# harmony's documented layout, which kaname writes.
+HARMONY_PROMPT = (
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n"
+    "Knowledge cutoff: 2024-06\nCurrent date: {date}\n\nReasoning: medium\n\n# Valid channels: "
+    "analysis, commentary, final. Channel must be included for every message.\nCalls to these "
+    "tools must go to the commentary channel: 'functions'.<|end|><|start|>developer<|message|>"
+    "# Instructions\n\nYou are helpful.\n\n# Tools\n\n## functions\n\nnamespace functions {{\n\n"
+    "// Get weather\ntype get_weather = (_: {{\ncity: string,\n}}) => any;\n\n}} // namespace "
+    "functions<|end|><|start|>user<|message|>Weather in Tokyo?<|end|><|start|>assistant"
+    "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant to=functions."
+    "get_weather<|channel|>commentary json<|message|>{{\"city\": \"Tokyo\"}}<|call|><|start|>"
+    "functions.get_weather to=assistant<|channel|>commentary<|message|>{{\"temp\": 20}}<|end|>"
+    "<|start|>assistant")
 
 
 @pytest.mark.parametrize("name", sorted(OFFICIAL_PROMPTS))
@@ -159,6 +177,11 @@ def test_prompt_prefix_matches_official_template(name):
     fmt = get_format(name)
     assert render_prompt(fmt, MESSAGES[:2], tools_from_openai(TOOLS)) \
         == OFFICIAL_PROMPT_PREFIXES[name]
+
+
+def test_harmony_prompt_layout():
+    prompt = render_prompt(get_format("gpt_oss"), MESSAGES, tools_from_openai(TOOLS))
+    assert prompt == HARMONY_PROMPT.format(date=datetime.date.today().isoformat())
 
 
 @pytest.mark.parametrize("name", sorted(OFFICIAL_TURNS))

@@ -6,6 +6,7 @@ from ..errors import ConstraintError
 from .deepseek_v31 import DEEPSEEK_V31
 from .gemma3 import GEMMA3
 from .glm45 import GLM45
+from .gpt_oss import GPT_OSS
 from .grammar import build_grammar
 from .kimi_k2 import KIMI_K2
 from .llama31 import LLAMA31
@@ -26,7 +27,7 @@ from .request import Tool, TurnRequest, tools_from_openai
 from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
 
 FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
-    GEMMA3, QWEN3, KIMI_K2, PLAMO3, DEEPSEEK_V31, GLM45, LLAMA31, MISTRAL)}
+    GEMMA3, QWEN3, KIMI_K2, PLAMO3, DEEPSEEK_V31, GLM45, LLAMA31, MISTRAL, GPT_OSS)}
 _ALIASES = {a: f for f in FORMATS.values() for a in f.aliases}
 
 

@@ -105,14 +105,16 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     if not messages:
         raise ConstraintError("messages must not be empty", pointer="/messages")
     tools_text = render_tools(fmt, tools) if tools and fmt.tools_position != "none" else ""
-    out = fmt.bos + fmt.preamble.format(date=datetime.date.today().isoformat())
+    tools_preamble = fmt.tools_preamble if tools_text else ""
+    out = fmt.bos + fmt.preamble.format(date=datetime.date.today().isoformat(),
+                                        tools_preamble=tools_preamble)
     msgs = list(messages)
     has_system = msgs[0].get("role") in ("system", "developer")
     if fmt.default_system and not has_system:
         msgs.insert(0, {"role": "system", "content": fmt.default_system})
         has_system = True
-    preamble = (fmt.tools_preamble if tools_text else "") + fmt.system_preamble
-    if preamble:
+    if fmt.system_preamble:
+        preamble = tools_preamble + fmt.system_preamble
         first = dict(msgs[0]) if has_system else {"role": "system", "content": ""}
         first["content"] = preamble + _text(first.get("content"), "/messages/0")
         msgs[0:1 if has_system else 0] = [first]

@@ -142,7 +142,8 @@ class ChatFormat:
     # are given ("Environment: ipython\n").
     system_preamble: str = ""
     tools_preamble: str = ""
-    # Written right after `bos`, always (harmony's system message); "{date}" is today's date.
+    # Written right after `bos`, always (harmony's system message): "{date}" is today's date,
+    # "{tools_preamble}" the tools preamble when tools are given (without a system_preamble).
     preamble: str = ""
     # Gemma-style: the system text opens the first user turn instead of a turn of its own.
     system_in_first_user: bool = False
