@@ -237,6 +237,95 @@ def test_unsupported_tool_schema_names_the_tool_pointer():
     assert e.value.pointer == "/tools/1/function/parameters/properties/x/uniqueItems"
 
 
+# ---- what each new format's grammar does and does not allow ---------------------------------
+
+WEATHER = Tool("weather", {"type": "object", "properties": {
+    "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city"]})
+
+
+def _accepts(name: str, req: TurnRequest, text: str) -> bool:
+    fmt = get_format(name)
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    m = GrammarCompiler(tok).compile(Lark(build_grammar(fmt, req, tok))).new_matcher()
+    return m.consume_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
+
+
+def _glm_call(*pairs: tuple[str, str]) -> str:
+    args = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in pairs)
+    return f"\n<think></think>\n<tool_call>weather\n{args}</tool_call><|observation|>"
+
+
+def test_glm_binds_each_key_to_its_property_schema():
+    req = TurnRequest(tools=(WEATHER,), tool_choice="required")
+    ok = _glm_call(("city", "12"), ("days", "3"), ("unit", "c"))
+    assert _accepts("glm45", req, ok)
+    turn = parse(get_format("glm45"), ok, tools=req.tools)
+    assert json.loads(turn.tool_calls[0].arguments) == {"city": "12", "days": 3, "unit": "c"}
+    # without the tools a value is read as JSON when it parses: "12" would be a number
+    assert json.loads(parse(get_format("glm45"), ok).tool_calls[0].arguments)["city"] == 12
+    assert _accepts("glm45", req, _glm_call(("city", "New York")))
+    for bad in ([("days", "3")],                      # required key missing
+                [("city", "a"), ("days", "x")],       # not an integer
+                [("city", "a"), ("unit", "k")],       # not in the enum
+                [("days", "3"), ("city", "a")],       # not in property order
+                [("city", "a"), ("zone", "b")],       # not a declared key
+                [("city", "a</arg_value>b")]):        # raw text ends at the end marker
+        assert not _accepts("glm45", req, _glm_call(*bad)), bad
+
+
+def test_glm_refuses_what_raw_strings_cannot_carry():
+    tool = Tool("t", {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})
+    fmt = get_format("glm45")
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    with pytest.raises(ConstraintError) as e:
+        build_grammar(fmt, TurnRequest(tools=(Tool("ok"), tool)), tok)
+    assert e.value.pointer == "/tools/1/function/parameters/properties/d/format"
+    build_grammar(fmt, TurnRequest(tools=(tool,), strict_level="names"), tok)
+
+
+def test_llama_calls_are_bare_json_and_content_cannot_start_like_one():
+    req = TurnRequest(tools=(WEATHER,))
+    call = '{"name": "weather", "parameters": {"city": "Oslo"}}'
+    assert _accepts("llama31", req, call + "<|eom_id|>")
+    assert _accepts("llama31", req, call + "<|eot_id|>")
+    assert not _accepts("llama31", req, call + call + "<|eot_id|>")  # one call per turn
+    assert not _accepts("llama31", req, "{not a call}<|eot_id|>")
+    assert _accepts("llama31", req, "It is {sunny}.<|eot_id|>")
+    assert _accepts("llama31", TurnRequest(tools=(WEATHER,), tool_choice="none"),
+                    "{not a call}<|eot_id|>")
+    fmt = get_format("llama31")
+    assert parse(fmt, "{not a call}<|eot_id|>").content == "{not a call}"
+    assert parse(fmt, call + "<|eom_id|>").tool_calls[0].name == "weather"
+
+
+def test_deepseek_goes_on_after_tool_results():
+    fmt = get_format("deepseek_v31")
+    prompt = render_prompt(fmt, MESSAGES)
+    assert prompt.endswith("<｜tool▁output▁end｜>")  # no generation prompt: the turn goes on
+    answered = render_prompt(fmt, [*MESSAGES, {"role": "assistant", "content": "20C."},
+                                   {"role": "user", "content": "Thanks"}])
+    assert answered.endswith(
+        "<｜tool▁output▁end｜>20C.<｜end▁of▁sentence｜><｜User｜>Thanks<｜Assistant｜>")
+    req = TurnRequest()  # reasoning off: "</think>" may open the turn, "<think>" may not
+    assert _accepts("deepseek_v31", req, "</think>20C.<｜end▁of▁sentence｜>")
+    assert _accepts("deepseek_v31", req, "20C.<｜end▁of▁sentence｜>")
+    assert not _accepts("deepseek_v31", req, "<think>hm</think>20C.<｜end▁of▁sentence｜>")
+    assert parse(fmt, "</think>20C.<｜end▁of▁sentence｜>").content == "20C."
+
+
+def test_harmony_answer_and_call_are_exclusive():
+    req = TurnRequest(tools=(WEATHER,), reasoning="on")
+    final = "<|channel|>final<|message|>Sunny.<|return|>"
+    call = (' to=functions.weather<|channel|>commentary json<|message|>{"city": "Oslo"}'
+            "<|call|>")
+    for text in (final, call, "<|channel|>analysis<|message|>hm<|end|><|start|>assistant" + call):
+        assert _accepts("gpt_oss", req, text), text
+    assert not _accepts("gpt_oss", req, final[:-len("<|return|>")] + call)
+    turn = parse(get_format("gpt_oss"), final)
+    assert (turn.content, turn.tool_calls) == ("Sunny.", [])
+
+
 # ---- the contract suite: every format, random requests, random-logits generation ----------
 
 def _tool_pool(schema_sample):

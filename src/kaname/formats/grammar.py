@@ -145,8 +145,8 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
                 lead = f"({cb} {text} | {opener})" if cb else text
                 alternatives.append(f"{lead} {calls} {calls_end}")
             else:
-                alternatives.append(
-                    _seq(f"({_seq(cb, b.json(content_json))})?", opener, calls, calls_end))
+                content = _seq(cb, b.json(content_json), b.lit(syntax.after_content))
+                alternatives.append(_seq(f"({content})?", opener, calls, calls_end))
         else:
             alternatives.append(_seq(opener, calls, calls_end))
     if req.tool_choice in ("auto", "none") or not tools:
