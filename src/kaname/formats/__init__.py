@@ -25,6 +25,7 @@ from .qwen3 import QWEN3
 from .render import render_assistant, render_prompt
 from .request import Tool, TurnRequest, tools_from_openai
 from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
+from .template import chat_template_from_gguf, render_template
 
 FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
     GEMMA3, QWEN3, KIMI_K2, PLAMO3, DEEPSEEK_V31, GLM45, LLAMA31, MISTRAL, GPT_OSS)}
@@ -40,7 +41,7 @@ def get_format(name: str) -> ChatFormat:
 
 __all__ = [
     "FORMATS", "ChatFormat", "FormatParseError", "ParsedTurn", "ReasoningSyntax", "StreamParser",
-    "Tool", "ToolCall", "ToolCallSyntax", "TurnRequest", "build_grammar", "get_format",
-    "merge_deltas", "parse", "parse_partial", "render_assistant", "render_prompt",
-    "tools_from_openai",
+    "Tool", "ToolCall", "ToolCallSyntax", "TurnRequest", "build_grammar",
+    "chat_template_from_gguf", "get_format", "merge_deltas", "parse", "parse_partial",
+    "render_assistant", "render_prompt", "render_template", "tools_from_openai",
 ]
