@@ -314,6 +314,16 @@ def test_deepseek_goes_on_after_tool_results():
     assert parse(fmt, "</think>20C.<｜end▁of▁sentence｜>").content == "20C."
 
 
+def test_content_then_calls_glue_is_not_content():
+    fmt = get_format("qwen3")
+    call = '<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    text = f"Checking.\n{call}<|im_end|>"
+    assert _accepts("qwen3", TurnRequest(tools=(WEATHER,)), text)
+    turn = parse(fmt, text)
+    assert (turn.content, [c.name for c in turn.tool_calls]) == ("Checking.", ["weather"])
+    assert render_assistant(fmt, turn.to_message(), "") == text
+
+
 def test_harmony_answer_and_call_are_exclusive():
     req = TurnRequest(tools=(WEATHER,), reasoning="on")
     final = "<|channel|>final<|message|>Sunny.<|return|>"
