@@ -415,9 +415,9 @@ def test_format_contract_synthetic_vocab(name, schema_sample):
 
 # DeepSeek's markers contain "▁" (U+2581), which the Gemma vocabulary, SentencePiece-style,
 # reads as a space: llguidance's forced tokens for a spelled-out marker then do not match the
-# grammar. A DeepSeek vocabulary has the markers as tokens; the synthetic run covers it.
-_SPELLED_OUT = [pytest.param(n, marks=pytest.mark.skip(reason="'▁' in markers: see above"))
-                if n == "deepseek_v31" else n for n in sorted(FORMATS)]
+# grammar. A DeepSeek vocabulary has the markers as tokens; the synthetic run covers it, so
+# the combination is left out here (not skipped: it is not a combination anyone serves).
+_SPELLED_OUT = [n for n in sorted(FORMATS) if n != "deepseek_v31"]
 
 
 @pytest.mark.parametrize("name", _SPELLED_OUT)

@@ -18,6 +18,7 @@ from .engine import Enforced, Engine
 from .formats import (
     ChatFormat,
     ParsedTurn,
+    Tool,
     TurnRequest,
     build_grammar,
     parse,
@@ -68,13 +69,14 @@ def new_call_id_prefix() -> str:
     return f"call_{uuid.uuid4().hex[:12]}_"
 
 
-def finish_turn(fmt: ChatFormat, text: str, finish_reason: str, *,
-                id_prefix: str) -> tuple[ParsedTurn, str]:
-    """Parse the generated text; the OpenAI finish_reason (stop | tool_calls | length)."""
+def finish_turn(fmt: ChatFormat, text: str, finish_reason: str, *, id_prefix: str,
+                tools: Sequence[Tool] = ()) -> tuple[ParsedTurn, str]:
+    """Parse the generated text; the OpenAI finish_reason (stop | tool_calls | length).
+    `tools` are the request's (per-key formats need them to type argument values)."""
     if finish_reason == "stop":
-        turn = parse(fmt, text, id_prefix=id_prefix)
+        turn = parse(fmt, text, id_prefix=id_prefix, tools=tools)
         return turn, "tool_calls" if turn.tool_calls else "stop"
-    return parse_partial(fmt, text, id_prefix=id_prefix), "length"
+    return parse_partial(fmt, text, id_prefix=id_prefix, tools=tools), "length"
 
 
 @dataclass
@@ -105,7 +107,7 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     result = engine.generate(turn.prompt_without_bos, Lark(turn.grammar), max_tokens=max_tokens,
                              temperature=temperature, seed=seed)
     parsed, finish = finish_turn(fmt, result.text, result.finish_reason,
-                                 id_prefix=new_call_id_prefix())
+                                 id_prefix=new_call_id_prefix(), tools=turn.request.tools)
     usage = {"prompt_tokens": result.usage.prompt_tokens,
              "completion_tokens": result.usage.completion_tokens,
              "total_tokens": result.usage.prompt_tokens + result.usage.completion_tokens}

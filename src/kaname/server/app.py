@@ -21,7 +21,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..chat import finish_turn, new_call_id_prefix, prepare_turn
 from ..errors import ConstraintError, GrammarTooComplexError, KanameError
-from ..formats import ChatFormat, FormatParseError, StreamParser, get_format, parse_partial
+from ..formats import (
+    ChatFormat,
+    FormatParseError,
+    StreamParser,
+    Tool,
+    get_format,
+    parse_partial,
+)
 from ..grammar import JsonSchema, Lark, to_constraint
 from .backends import Generated, GenParams, LocalBackend, UpstreamBackend
 from .config import ServerConfig
@@ -133,7 +140,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
                "grammar_hash": compiled.grammar_hash, "not_enforced": not_enforced,
                "guards": asdict(backend.compiler.guards)}
         call = _Call(backend, prepared.prompt_without_bos, compiled, params, prepared.grammar,
-                     req.allow_unenforced, fmt.end_of_turn)
+                     req.allow_unenforced, fmt.end_of_turn, prepared.request.tools)
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
         id_prefix = new_call_id_prefix()
         if req.stream:
@@ -142,7 +149,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
                                      include_usage, ext, metrics))
         gen = await _run_watching(request, call)
         _count(metrics, gen)
-        message, finish = _chat_message(fmt, gen, id_prefix, bool(params.stop))
+        message, finish = _chat_message(fmt, gen, id_prefix, bool(params.stop), call.tools)
         return JSONResponse({
             "id": response_id, "object": "chat.completion", "created": int(time.time()),
             "model": backend.model_id,
@@ -187,9 +194,11 @@ class _Call:
     """One generation request to the backend, with errors mapped to API errors."""
 
     def __init__(self, backend: Backend, prompt: str, compiled: Any, params: GenParams,
-                 lark: str | None, allow_unenforced: bool, end_marker: str):
+                 lark: str | None, allow_unenforced: bool, end_marker: str,
+                 tools: tuple[Tool, ...] = ()):
         self.backend, self.prompt, self.compiled, self.params = backend, prompt, compiled, params
         self.lark, self.allow_unenforced, self.end_marker = lark, allow_unenforced, end_marker
+        self.tools = tools  # the request's, for the parser
 
     async def run(self, sink: Any) -> Generated:
         try:
@@ -303,17 +312,18 @@ def _completion_constraint(req: CompletionRequest) -> Any:
         raise from_constraint_error(e, prefix="/" + name.replace(".", "/")) from e
 
 
-def _chat_message(fmt: ChatFormat, gen: Generated, id_prefix: str,
-                  stopped_by_string: bool) -> tuple[dict[str, Any], str]:
+def _chat_message(fmt: ChatFormat, gen: Generated, id_prefix: str, stopped_by_string: bool,
+                  tools: tuple[Tool, ...]) -> tuple[dict[str, Any], str]:
     if not gen.enforced:  # raw upstream text, allowed by the caller and marked as such
         return {"role": "assistant", "content": gen.text}, gen.finish_reason
     try:
-        turn, finish = finish_turn(fmt, gen.text, gen.finish_reason, id_prefix=id_prefix)
+        turn, finish = finish_turn(fmt, gen.text, gen.finish_reason, id_prefix=id_prefix,
+                                   tools=tools)
     except FormatParseError as e:
         if not stopped_by_string:
             raise APIError(422, f"the model's turn does not follow the {fmt.name} format "
                                 f"(strict_level off): {e}", code="format_parse_error") from e
-        turn, finish = parse_partial(fmt, gen.text, id_prefix=id_prefix), "stop"
+        turn, finish = parse_partial(fmt, gen.text, id_prefix=id_prefix, tools=tools), "stop"
     return turn.to_message(), finish
 
 
@@ -361,7 +371,7 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
                        "choices": [{"index": 0, "delta": delta, "finish_reason": finish,
                                     "logprobs": None}], **extra})
 
-    parser = StreamParser(fmt, id_prefix=id_prefix)
+    parser = StreamParser(fmt, id_prefix=id_prefix, tools=call.tools)
     yield chunk({"role": "assistant", "content": ""})
     gen: Generated | None = None
     try:
@@ -387,7 +397,8 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
                     raise APIError(422, f"the model's turn does not follow the {fmt.name} "
                                         f"format (strict_level off): {e}",
                                    code="format_parse_error") from e
-                turn, deltas = parse_partial(fmt, parser.text, id_prefix=id_prefix), []
+                turn, deltas = parse_partial(fmt, parser.text, id_prefix=id_prefix,
+                                             tools=call.tools), []
             for delta in deltas:
                 yield chunk(delta)
             finish = "tool_calls" if turn.tool_calls else "stop"
