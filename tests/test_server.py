@@ -201,6 +201,29 @@ def test_unsupported_strict_schema_is_400_naming_keyword(client):
     assert e.value.body["param"].startswith("/tools/0/function/parameters/properties/x")
 
 
+def test_lenient_schema_reports_what_it_does_not_enforce(client):
+    """strict unset (OpenAI's default): the supported part is enforced, the rest is named in
+    kaname.not_enforced and post-checked (content_valid)."""
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 3,
+                 "uniqueItems": True}}, "required": ["tags"], "additionalProperties": False}
+    seen = 0
+    for seed in range(4):
+        r = client.chat.completions.create(
+            model="random", messages=MESSAGES, seed=seed, max_tokens=300,
+            response_format={"type": "json_schema", "json_schema": {"name": "t",
+                                                                    "schema": schema}})
+        ext = r.model_extra["kaname"]
+        assert ext["not_enforced"] == [{
+            "keyword": "uniqueItems",
+            "pointer": "/response_format/json_schema/schema/properties/tags/uniqueItems"}]
+        if r.choices[0].finish_reason == "stop":
+            tags = json.loads(r.choices[0].message.content)["tags"]
+            assert ext["content_valid"] is (len(set(tags)) == len(tags))
+            seen += 1
+    assert seen >= 2
+
+
 def test_bad_requests_get_openai_errors(server, client):
     bad = openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

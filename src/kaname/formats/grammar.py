@@ -93,14 +93,22 @@ class _Builder:
             self.rules.append(f"{rule}[{flags}]: /{text}/ {ends}")
         return rule
 
-    def json(self, schema: Any) -> str:
-        guarded = apply_guards(schema, self.guards).schema
-        options = {**whitespace_options(self.guards), **escape_options(schema)[0]}
-        if isinstance(guarded, dict):
-            guarded = {**guarded, "x-guidance": options}
-        elif guarded is True:
-            guarded = {"x-guidance": options}
-        return "%json " + json.dumps(guarded, ensure_ascii=False)
+    def json(self, schema: Any, *, lenient: bool = False) -> str:
+        return json_lark(schema, self.guards, lenient=lenient)
+
+
+def json_lark(schema: Any, guards: Guards, *, lenient: bool = False) -> str:
+    """`%json` of `schema` with kaname's guards. lenient: keywords llguidance cannot enforce are
+    skipped (the caller reports and post-checks them) instead of failing the grammar."""
+    guarded = apply_guards(schema, guards).schema
+    options: dict[str, Any] = {**whitespace_options(guards), **escape_options(schema)[0]}
+    if lenient:
+        options.update(lenient=True, coerce_one_of=True)
+    if isinstance(guarded, dict):
+        guarded = {**guarded, "x-guidance": options}
+    elif guarded is True:
+        guarded = {"x-guidance": options}
+    return "%json " + json.dumps(guarded, ensure_ascii=False)
 
 
 def _special_id(tokenizer: llg.LLTokenizer, text: str) -> int | None:
@@ -131,7 +139,7 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     content_end = _one_of(b, content_ends)
     cb = b.lit(fmt.content_begin)
 
-    content_json = _content_schema(req.response_format)
+    content_json, lenient = _content_schema(req.response_format)
     alternatives: list[str] = []
     bare_calls = False  # calls without an opener: free text may not look like one
     if tools and syntax is not None:
@@ -145,7 +153,8 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
                 lead = f"({cb} {text} | {opener})" if cb else text
                 alternatives.append(f"{lead} {calls} {calls_end}")
             else:
-                content = _seq(cb, b.json(content_json), b.lit(syntax.after_content))
+                content = _seq(cb, b.json(content_json, lenient=lenient),
+                               b.lit(syntax.after_content))
                 alternatives.append(_seq(f"({content})?", opener, calls, calls_end))
         else:
             alternatives.append(_seq(opener, calls, calls_end))
@@ -154,7 +163,8 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
             text = b.until(content_ends, text=_NO_BRACE_TEXT if bare_calls else _ANY_TEXT)
             alternatives.append(_seq(cb, text))
         else:
-            alternatives.append(_seq(cb, b.lit(fmt.json_prefix), b.json(content_json),
+            alternatives.append(_seq(cb, b.lit(fmt.json_prefix),
+                                     b.json(content_json, lenient=lenient),
                                      b.lit(fmt.json_suffix), content_end))
     b.rules.insert(0, "body: " + " | ".join(alternatives))
 
@@ -211,7 +221,8 @@ def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | N
     name = "/[A-Za-z0-9_.-]+/" if tool is None else json.dumps(tool.name)
     parts = [b.lit(s.name_prefix), name]
     if s.index_sep:
-        parts += [b.lit(s.index_sep), "/[0-9]+/"]
+        # a runaway guard, like the engine's number caps: a call index has at most 4 digits
+        parts += [b.lit(s.index_sep), "/[0-9]{1,4}/"]
     parts.append(b.lit(s.args_begin))
     parts.append(_keyed_args(b, s, params) if s.layout == "per_key" else b.json(params))
     return _seq(*parts)
@@ -251,14 +262,15 @@ def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any) -> str:
     return b.until(s.value_end)
 
 
-def _content_schema(rf: Any) -> Any:
+def _content_schema(rf: Any) -> tuple[Any, bool]:
+    """(schema or None, lenient): json_schema content is lenient unless `strict` is true."""
     if not rf or rf.get("type") == "text":
-        return None
+        return None, False
     if rf.get("type") == "json_object":
-        return {"type": "object"}
+        return {"type": "object"}, False
     if rf.get("type") == "json_schema":
         spec = rf.get("json_schema") or {}
-        return spec.get("schema", {})
+        return spec.get("schema", {}), spec.get("strict") is not True
     raise ConstraintError(f"unsupported response_format type {rf.get('type')!r}",
                           pointer="/response_format/type")
 

@@ -126,7 +126,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
                            param="/tools")
         rf = req.response_format_dict()
         strict_level = req.strict_level or config.strict_level
-        not_enforced = _check_content_schema(backend, rf)
+        content_check, not_enforced = _check_content_schema(backend, rf)
         prepared = prepare_turn(
             fmt, req.message_dicts(), backend.tokenizer, backend.compiler, tools=tools,
             tool_choice=req.tool_choice_name(),
@@ -146,7 +146,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return _sse(_stream_chat(call, fmt, response_id, backend.model_id, id_prefix,
-                                     include_usage, ext, metrics))
+                                     include_usage, ext, metrics, content_check))
         gen = await _run_watching(request, call)
         _count(metrics, gen)
         message, finish = _chat_message(fmt, gen, id_prefix, bool(params.stop), call.tools)
@@ -155,8 +155,9 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             "model": backend.model_id,
             "choices": [{"index": 0, "message": message, "finish_reason": finish,
                          "logprobs": None}],
-            "usage": _usage(gen), "kaname": {**ext, "enforced": gen.enforced,
-                                             "not_enforced_reason": gen.not_enforced_reason}})
+            "usage": _usage(gen), "kaname": {
+                **ext, "enforced": gen.enforced, "not_enforced_reason": gen.not_enforced_reason,
+                "content_valid": _content_valid(content_check, message, finish)}})
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Response:
@@ -257,18 +258,28 @@ def _compile(backend: Backend, constraint: Any) -> Any:
         raise from_constraint_error(e) from e
 
 
-def _check_content_schema(backend: Backend, rf: dict[str, Any] | None) -> list[dict[str, str]]:
-    """Compile the content schema alone first, so errors point into the request. Chat content
-    is always enforced strictly (the turn grammar has no lenient mode): an unsupported keyword
-    is a 400 even with strict=false, never silently dropped."""
+def _check_content_schema(backend: Backend, rf: dict[str, Any] | None
+                          ) -> tuple[Any, list[dict[str, str]]]:
+    """Compile the content schema alone first, so errors point into the request, and learn what
+    a lenient (strict not true) schema leaves unenforced: (compiled or None, not_enforced)."""
     if not rf or rf.get("type") != "json_schema":
-        return []
-    schema = rf["json_schema"]["schema"]
+        return None, []
+    spec = rf["json_schema"]
     try:
-        backend.compiler.compile(JsonSchema(schema, strict=True))
+        compiled = backend.compiler.compile(JsonSchema(spec["schema"],
+                                                       strict=spec.get("strict") is True))
     except ConstraintError as e:
         raise from_constraint_error(e, prefix="/response_format/json_schema/schema") from e
-    return []
+    return compiled, [{**asdict(n), "pointer": f"/response_format/json_schema/schema{n.pointer}"}
+                      for n in compiled.not_enforced]
+
+
+def _content_valid(content_check: Any, message: dict[str, Any], finish: str) -> bool | None:
+    """The jsonschema post-check of JSON content (the whole schema, also what a lenient grammar
+    skipped); None when there is no schema or no content."""
+    if content_check is None or message.get("content") is None:
+        return None
+    return finish == "stop" and bool(content_check.validate(message["content"]))
 
 
 def _completion_constraint(req: CompletionRequest) -> Any:
@@ -362,7 +373,7 @@ async def _generate_streamed(call: _Call) -> AsyncIterator[str | Generated]:
 
 async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: str,
                        id_prefix: str, include_usage: bool, ext: dict[str, Any],
-                       metrics: Metrics) -> AsyncIterator[str]:
+                       metrics: Metrics, content_check: Any) -> AsyncIterator[str]:
     created = int(time.time())
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -384,6 +395,7 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
                     yield chunk(delta)
         assert gen is not None
         _count(metrics, gen)
+        valid: bool | None = None
         if not gen.enforced:
             finish = gen.finish_reason
             rest = gen.text[len(parser.text):]
@@ -402,10 +414,12 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
             for delta in deltas:
                 yield chunk(delta)
             finish = "tool_calls" if turn.tool_calls else "stop"
+            valid = _content_valid(content_check, turn.to_message(), finish)
         else:
-            finish = "length"
+            finish, valid = "length", (False if content_check is not None else None)
         yield chunk({}, finish, kaname={**ext, "enforced": gen.enforced,
-                                        "not_enforced_reason": gen.not_enforced_reason})
+                                        "not_enforced_reason": gen.not_enforced_reason,
+                                        "content_valid": valid})
         if include_usage:
             yield _event({"id": response_id, "object": "chat.completion.chunk",
                           "created": created, "model": model, "choices": [],

@@ -6,22 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..formats.grammar import json_lark
 from ..grammar import Choice, Guards, JsonObject, JsonSchema, Lark, Regex, Text
-from ..grammar.guards import apply_guards, escape_options, whitespace_options
 from .errors import APIError
-
-
-def json_lark(schema: Any, guards: Guards, *, lenient: bool = False) -> str:
-    """`%json` of the schema with the same guards kaname applies locally."""
-    guarded = apply_guards(schema, guards).schema
-    options: dict[str, Any] = {**whitespace_options(guards), **escape_options(schema)[0]}
-    if lenient:
-        options["lenient"] = True
-    if guarded is True:
-        guarded = {}
-    if isinstance(guarded, dict):
-        guarded = {**guarded, "x-guidance": options}
-    return "%json " + json.dumps(guarded, ensure_ascii=False)
 
 
 def lark_for(constraint: Any, guards: Guards) -> str:
