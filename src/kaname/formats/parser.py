@@ -11,6 +11,7 @@ A turn that does not follow the format raises `FormatParseError`: never silently
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -261,15 +262,7 @@ class _Scan:
         assert s is not None
         call_id = f"{self.id_prefix}{index}"
         if s.layout == "json":
-            value, ok = self._json()
-            if not ok:
-                return False
-            if not isinstance(value, dict) or not isinstance(value.get(s.name_key), str) \
-                    or s.args_key not in value:
-                raise self.fail("tool call is not {name, arguments}")
-            args = json.dumps(value[s.args_key], ensure_ascii=False)
-            self.turn.tool_calls.append(ToolCall(index, value[s.name_key], args, call_id))
-            return True
+            return self._json_call(index, call_id)
         if not self.expect(s.name_prefix):
             return False
         # The header (name, index) is final only once args_begin is seen.
@@ -293,9 +286,40 @@ class _Scan:
         if s.layout == "per_key":
             return self._keyed_args(call)
         start = self.pos
-        value, ok = self._json()
+        _, ok = self._json()
         call.arguments = self.text[start:self.pos] if ok else self.open_args or ""
         return ok
+
+    def _json_call(self, index: int, call_id: str) -> bool:
+        """`{"<name_key>": NAME, "<args_key>": ARGS}`. In the layout kaname's grammar writes
+        (name first, json.dumps separators) the arguments are the text as written and stream as
+        it arrives; any other layout is read whole and re-serialised."""
+        s = self.fmt.tool_calls
+        assert s is not None
+        head = re.compile(r'\{%s: ("(?:[^"\\]|\\.)*"), %s: ' % (  # noqa: UP031
+            re.escape(json.dumps(s.name_key)), re.escape(json.dumps(s.args_key))))
+        m = head.match(self.text, self.pos)
+        if m:
+            call = ToolCall(index, json.loads(m.group(1)), "", call_id)
+            self.turn.tool_calls.append(call)
+            start = self.pos = m.end()
+            _, ok = self._json()
+            call.arguments = self.text[start:self.pos] if ok else self.open_args or ""
+            if not ok:
+                return False
+            return self.expect("}")
+        if self.partial and _could_become(self.text[self.pos:], s.name_key, s.args_key):
+            self.pos = len(self.text)  # the name is not final yet
+            return False
+        value, ok = self._json()
+        if not ok:
+            return False
+        if not isinstance(value, dict) or not isinstance(value.get(s.name_key), str) \
+                or s.args_key not in value:
+            raise self.fail("tool call is not {name, arguments}")
+        args = json.dumps(value[s.args_key], ensure_ascii=False)
+        self.turn.tool_calls.append(ToolCall(index, value[s.name_key], args, call_id))
+        return True
 
     def _keyed_args(self, call: ToolCall) -> bool:
         """Per-key arguments, rebuilt as one JSON object text: `{"k": v, ...}` (a string value
@@ -361,6 +385,30 @@ class _Scan:
             raise self.fail("invalid JSON") from None
         self.pos = end
         return value, True
+
+
+def _could_become(text: str, name_key: str, args_key: str) -> bool:
+    """Whether partial `text` may still grow into the canonical call head
+    `{"<name_key>": "NAME", "<args_key>": `."""
+    first = "{" + json.dumps(name_key) + ": "
+    if first.startswith(text):
+        return True
+    if not text.startswith(first):
+        return False
+    rest = text[len(first):]
+    if not rest.startswith('"'):
+        return False
+    i = 1
+    while i < len(rest):
+        if rest[i] == "\\":
+            i += 2
+            continue
+        if rest[i] == '"':
+            after = rest[i + 1:]
+            second = ", " + json.dumps(args_key) + ": "
+            return second.startswith(after) or after.startswith(second)
+        i += 1
+    return True  # the name is still being written
 
 
 def _tool_map(tools: Sequence[Tool] | None) -> dict[str, Tool] | None:
