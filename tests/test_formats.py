@@ -463,3 +463,31 @@ def test_json_layout_arguments_stream_as_they_are_written(name):
                  for tc in d.get("tool_calls", []) if "id" not in tc]
     assert len(fragments) > 3
     assert "".join(fragments) == turn.tool_calls[0].arguments == args
+
+
+def test_kimi_blanks_reasoning_up_to_the_last_answer():
+    """Kimi K2-Thinking's template: every assistant turn opens with a think block, empty up to
+    the last answer without tool calls, the reasoning after it (the current tool chain) kept.
+    Expected text written from the official template (llama.cpp's copy)."""
+    messages = [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "reasoning_content": "Greet.", "content": "Hello!"},
+        {"role": "user", "content": "Weather in Tokyo?"},
+        {"role": "assistant", "reasoning_content": "Need weather.", "content": "",
+         "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
+                         "function": {"name": "get_weather",
+                                      "arguments": '{"city": "Tokyo"}'}}]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": '{"temp": 20}'},
+    ]
+    assert render_prompt(get_format("kimi_k2"), messages) == (
+        "<|im_system|>system<|im_middle|>You are helpful.<|im_end|>"
+        "<|im_user|>user<|im_middle|>Hi<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think></think>Hello!<|im_end|>"
+        "<|im_user|>user<|im_middle|>Weather in Tokyo?<|im_end|>"
+        "<|im_assistant|>assistant<|im_middle|><think>Need weather.</think>"
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+        "<|tool_call_argument_begin|>{\"city\": \"Tokyo\"}<|tool_call_end|>"
+        "<|tool_calls_section_end|><|im_end|>"
+        "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\n{\"temp\": 20}"
+        "<|im_end|><|im_assistant|>assistant<|im_middle|>")

@@ -23,7 +23,10 @@ KIMI_K2 = ChatFormat(
     tools_position="own_system",
     tools_json="list",
     default_system="You are Kimi, an AI assistant created by Moonshot AI.",
-    reasoning=ReasoningSyntax(begin="<think>", end="</think>"),
+    # Every assistant turn of the template opens with a think block: empty where no reasoning
+    # is shown, which is every turn up to the last answer without tool calls.
+    reasoning=ReasoningSyntax(begin="<think>", end="</think>", off="<think></think>"),
+    reasoning_history="after_last_answer",
     tool_calls=ToolCallSyntax(
         layout="name_args", section_begin="<|tool_calls_section_begin|>",
         section_end="<|tool_calls_section_end|>", call_begin="<|tool_call_begin|>",

@@ -133,6 +133,9 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                                 "kaname_tools_only": True})
     last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=-1)
     first_user = next((i for i, m in enumerate(msgs) if m.get("role") == "user"), -1)
+    # the last assistant turn that answered (no tool calls): Kimi K2 blanks reasoning up to it
+    last_answer = max((i for i, m in enumerate(msgs)
+                       if m.get("role") == "assistant" and not m.get("tool_calls")), default=-1)
     in_tools = False
     after_tool = False
     pending_system = ""  # system text waiting for the first user turn (Gemma)
@@ -162,7 +165,8 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
             pending_system = ""
         elif role == "assistant":
             keep = fmt.reasoning_history == "keep" or (
-                fmt.reasoning_history == "after_last_user" and i > last_user)
+                fmt.reasoning_history == "after_last_user" and i > last_user) or (
+                fmt.reasoning_history == "after_last_answer" and i > last_answer)
             continuing = fmt.continue_after_tool and after_tool
             out += ("" if continuing else fmt.assistant_prefix) + render_assistant(
                 fmt, m, where, with_reasoning=keep, continuing=continuing) + fmt.after_turn

@@ -134,7 +134,7 @@ class ChatFormat:
     history_end: str | None = None
     # "after_last_user": reasoning of assistant turns before the last user message is
     # dropped when rendering history (Qwen3); "drop": never rendered (DeepSeek V3.1).
-    reasoning_history: Literal["keep", "after_last_user", "drop"] = "keep"
+    reasoning_history: Literal["keep", "after_last_user", "after_last_answer", "drop"] = "keep"
     # Inserted as the first system turn when the conversation has none (Kimi K2).
     default_system: str = ""
     # Written at the start of the first system turn's text, the turn being created if the
