@@ -491,3 +491,17 @@ def test_kimi_blanks_reasoning_up_to_the_last_answer():
         "<|tool_calls_section_end|><|im_end|>"
         "<|im_system|>tool<|im_middle|>## Return of functions.get_weather:0\n{\"temp\": 20}"
         "<|im_end|><|im_assistant|>assistant<|im_middle|>")
+
+
+def test_gemma3_prompt_matches_official_template():
+    """Gemma 3's template (google/gemma-3-270m-it): the system text opens the first user turn,
+    message text is trimmed, the assistant is "model". Written from the official template;
+    it has no tool role, so tools are kaname's convention and not part of this fixture."""
+    messages = [{"role": "system", "content": "You are helpful."},
+                {"role": "user", "content": "  Hi \n"},
+                {"role": "assistant", "content": "Hello!\n"},
+                {"role": "user", "content": "Weather in Tokyo?"}]
+    assert render_prompt(get_format("gemma3"), messages) == (
+        "<bos><start_of_turn>user\nYou are helpful.\n\nHi<end_of_turn>\n"
+        "<start_of_turn>model\nHello!<end_of_turn>\n"
+        "<start_of_turn>user\nWeather in Tokyo?<end_of_turn>\n<start_of_turn>model\n")

@@ -13,6 +13,7 @@ GEMMA3 = ChatFormat(
     bos="<bos>",
     system="{content}\n\n",
     system_in_first_user=True,
+    trim_content=True,
     user="<start_of_turn>user\n{content}<end_of_turn>\n",
     assistant_prefix="<start_of_turn>model\n",
     end_of_turn="<end_of_turn>",

@@ -89,6 +89,8 @@ def render_assistant(fmt: ChatFormat, message: Mapping[str, Any], where: str, *,
         else:
             out += r.off
     content = _text(message.get("content"), where)
+    if fmt.trim_content:
+        content = content.strip()
     calls = render_tool_calls(fmt, message.get("tool_calls") or [])
     if content:
         out += fmt.content_begin + content
@@ -156,7 +158,8 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
             else:
                 out += text
         elif role == "user":
-            content = pending_system + _text(m.get("content"), where)
+            text = _text(m.get("content"), where)
+            content = pending_system + (text.strip() if fmt.trim_content else text)
             if i == first_user and tools_text and fmt.tools_position == "first_user":
                 content = tools_text + content
             if i == first_user and tools_text and fmt.tools_position == "before_first_user":

@@ -150,6 +150,8 @@ class ChatFormat:
     # DeepSeek V3.1: after tool results the model goes on with its turn: no assistant prefix,
     # no reasoning marker and no generation prompt follow them.
     continue_after_tool: bool = False
+    # Gemma's template trims user and assistant message text (`| trim`)
+    trim_content: bool = False
     aliases: tuple[str, ...] = field(default_factory=tuple)
 
     @property
