@@ -27,6 +27,7 @@ from .formats import (
     tools_from_openai,
 )
 from .formats.request import ReasoningMode, StrictLevel
+from .formats.template import render_template
 from .grammar import GrammarCompiler, Lark
 
 
@@ -53,15 +54,23 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                  parallel_tool_calls: bool = True,
                  response_format: Mapping[str, Any] | None = None,
                  reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
-                 strict_level: StrictLevel = "full") -> PreparedTurn:
-    """Render and build the grammar; ConstraintError (a 400) for what cannot be enforced."""
+                 strict_level: StrictLevel = "full",
+                 chat_template: str | None = None) -> PreparedTurn:
+    """Render and build the grammar; ConstraintError (a 400) for what cannot be enforced.
+    `chat_template`: the model's own Jinja template renders the prompt instead of the spec."""
     req = TurnRequest(tools=tools_from_openai(tools), tool_choice=tool_choice,
                       parallel_tool_calls=parallel_tool_calls, response_format=response_format,
                       reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
                       strict_level=strict_level)
     guards = compiler.guards if compiler is not None else None
     lark = build_grammar(fmt, req, tokenizer, guards=guards, compiler=compiler)
-    return PreparedTurn(fmt, req, render_prompt(fmt, messages, req.tools), lark)
+    if chat_template is not None:
+        prompt = render_template(chat_template, messages, req.tools, bos_token=fmt.bos,
+                                 eos_token=fmt.end_of_turn,
+                                 enable_thinking=reasoning != "off")
+    else:
+        prompt = render_prompt(fmt, messages, req.tools)
+    return PreparedTurn(fmt, req, prompt, lark)
 
 
 def new_call_id_prefix() -> str:
@@ -97,13 +106,14 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
          parallel_tool_calls: bool = True, response_format: Mapping[str, Any] | None = None,
          reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
          strict_level: StrictLevel = "full", max_tokens: int = 512, temperature: float = 0.0,
-         seed: int | None = None) -> ChatResult:
+         seed: int | None = None, chat_template: str | None = None) -> ChatResult:
     """One assistant turn. Raises ConstraintError (a 400) for requests that cannot be
     enforced."""
     turn = prepare_turn(fmt, messages, engine.runtime.tokenizer, engine.compiler, tools=tools,
                         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
                         response_format=response_format, reasoning=reasoning,
-                        max_reasoning_tokens=max_reasoning_tokens, strict_level=strict_level)
+                        max_reasoning_tokens=max_reasoning_tokens, strict_level=strict_level,
+                        chat_template=chat_template)
     result = engine.generate(turn.prompt_without_bos, Lark(turn.grammar), max_tokens=max_tokens,
                              temperature=temperature, seed=seed)
     parsed, finish = finish_turn(fmt, result.text, result.finish_reason,

@@ -125,6 +125,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chat_template(choice: str, model: str) -> str | None:
+    """`--chat-template`: spec (the format renders the prompt), auto (the GGUF's own template
+    when --model is a GGUF that has one, else the spec) or a .jinja file."""
+    from .formats.template import chat_template_from_gguf
+
+    if choice == "spec":
+        return None
+    if choice == "auto":
+        return chat_template_from_gguf(model) if model.endswith(".gguf") else None
+    path = Path(choice)
+    if not path.is_file():
+        _fail(f"--chat-template: expected auto, spec or a .jinja file, got {choice!r}")
+    return path.read_text()
+
+
 def _runtime_for_format(model: str, fmt, seed: int | None):  # type: ignore[no-untyped-def]
     """`random`/`adversarial` carry the format's special tokens: the Gemma vocabulary for
     gemma3, a synthetic vocabulary with the format's tokens otherwise."""
@@ -158,7 +173,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
                   response_format=rf, reasoning=args.reasoning,
                   max_reasoning_tokens=args.max_reasoning_tokens,
                   strict_level=args.strict_level, max_tokens=args.max_tokens,
-                  temperature=args.temperature, seed=args.seed)
+                  temperature=args.temperature, seed=args.seed,
+                  chat_template=_chat_template(args.chat_template, args.model))
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:
@@ -197,7 +213,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name,
         strict_level=args.strict_level, max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
-        max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0)
+        max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0,
+        chat_template=_chat_template(args.chat_template, args.model))
     app = build_app(config, _runtime_for_format)
     where = f"upstream {config.upstream}" if config.upstream else f"model {config.model}"
     print(f"kaname: serving {config.model_id()} ({where}, format {config.format}) on "
@@ -243,6 +260,13 @@ def cmd_bench_schemas(args: argparse.Namespace) -> int:
     return schemas.main(args)
 
 
+@_exit_codes
+def cmd_bench_e2e(args: argparse.Namespace) -> int:
+    from .bench import e2e
+
+    return e2e.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kaname", description="Constrained decoding: output valid by construction.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -277,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--reasoning", choices=["on", "off", "required"], default="off")
     c.add_argument("--max-reasoning-tokens", type=int, default=None)
     c.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
+    c.add_argument("--chat-template", default="auto", metavar="auto|spec|FILE.jinja",
+                   help="prompt rendering: the GGUF's own Jinja template where it has one "
+                        "(auto), the format's spec, or a template file")
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--temperature", type=float, default=0.0)
     c.add_argument("--max-tokens", type=int, default=512)
@@ -303,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vllm: structured_outputs.grammar (also kaname); sglang: ebnf")
     s.add_argument("--served-model-name", default=None, help="model id clients use")
     s.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
+    s.add_argument("--chat-template", default="auto", metavar="auto|spec|FILE.jinja",
+                   help="prompt rendering: the GGUF's own Jinja template where it has one "
+                        "(auto), the format's spec, or a template file")
     s.add_argument("--max-concurrency", type=int, default=None,
                    help="generations at once: local model replicas (default 1), or upstream "
                         "requests in flight (default 64)")
@@ -339,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     schemas.add_arguments(bsc)
     bsc.set_defaults(func=cmd_bench_schemas)
+    bee = bs.add_parser("e2e", help="end to end on the embedded model: kaname vs llama.cpp "
+                        "grammar, xgrammar, outlines, unconstrained (tok/s, validity, TTFT)")
+    from .bench import e2e
+
+    e2e.add_arguments(bee)
+    bee.set_defaults(func=cmd_bench_e2e)
     return p
 
 

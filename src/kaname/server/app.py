@@ -132,7 +132,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             tool_choice=req.tool_choice_name(),
             parallel_tool_calls=req.parallel_tool_calls is not False, response_format=rf,
             reasoning=req.reasoning_mode() if fmt.reasoning else "off",
-            max_reasoning_tokens=req.max_reasoning_tokens, strict_level=strict_level)
+            max_reasoning_tokens=req.max_reasoning_tokens, strict_level=strict_level,
+            chat_template=config.chat_template)
         compiled = _compile(backend, Lark(prepared.grammar))
         params = GenParams(max_tokens, _temperature(req.temperature), req.top_p or 1.0,
                            req.seed, req.stop_list())

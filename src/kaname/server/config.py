@@ -29,6 +29,7 @@ class ServerConfig:
     max_tools: int = 128
     max_tokens_limit: int = 8192
     default_max_tokens: int = 1024
+    chat_template: str | None = None  # the model's Jinja template (else the format's spec)
     seed: int = 0                   # seed of the random/adversarial test models
 
     def concurrency(self) -> int:

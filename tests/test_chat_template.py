@@ -1,0 +1,51 @@
+"""The model's own Jinja chat template as the prompt renderer (`--chat-template`)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kaname.chat import prepare_turn
+from kaname.cli import main
+from kaname.formats import get_format, render_prompt, tools_from_openai
+from kaname.runtimes.synthetic import synthetic_tokenizer
+
+# Our own ChatML template (not a model's), enough to render the conversations below.
+CHATML = (
+    "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tool role') }}"
+    "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+
+
+def test_prepare_turn_renders_with_the_template():
+    fmt = get_format("qwen3")
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    turn = prepare_turn(fmt, MESSAGES, tok, chat_template=CHATML)
+    assert turn.prompt == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
+                           "<|im_end|>\n<|im_start|>assistant\n")
+    # without tools, qwen3's spec renders the same conversation identically
+    assert turn.prompt == render_prompt(fmt, MESSAGES, tools_from_openai(None))
+    assert prepare_turn(fmt, MESSAGES, tok).prompt == turn.prompt
+
+
+def test_chat_cli_with_a_template_file(tmp_path, capsys):
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML)
+    messages = json.dumps(MESSAGES)
+    assert main(["chat", "--model", "random", "--format", "qwen3", "--messages", messages,
+                 "--chat-template", str(template), "--max-tokens", "64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["finish_reason"] in ("stop", "length")
+    bad = json.dumps([*MESSAGES, {"role": "tool", "tool_call_id": "x", "content": "1"}])
+    with pytest.raises(SystemExit) as e:
+        main(["chat", "--model", "random", "--format", "qwen3", "--messages", bad,
+              "--chat-template", str(template), "--json"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "no tool role" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit) as e:
+        main(["chat", "--model", "random", "--messages", messages, "--chat-template",
+              str(tmp_path / "missing.jinja")])
+    assert e.value.code == 2
