@@ -1,0 +1,286 @@
+"""kaname serve under load: 32 streaming clients back to back for 30 s lose nothing; a full queue
+answers 429 at once in OpenAI's shape; a client that goes away frees its generation slot."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from typing import Any
+
+import httpx
+import pytest
+from serverproc import ServerProcess
+
+MODEL = ("--model", "random", "--format", "qwen3")
+CLIENTS = 32
+LOAD_SECONDS = 30.0
+
+# A request that keeps its slot busy: the regex cannot end before max_tokens (about 5000
+# tokens/s on the random model, so SLOW_TOKENS is a second or two), never a 'stop' finish.
+SLOW_TOKENS = 8000
+SLOW_COMPLETION = {"model": "random", "prompt": "go", "max_tokens": SLOW_TOKENS,
+                   "structured_outputs": {"regex": "[a-z]{300000}"}}
+# long enough that an uncancelled generation is still running when the test looks
+VERY_SLOW = {**SLOW_COMPLETION, "max_tokens": 30000}
+
+
+def _metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+def _wait_idle(url: str, timeout: float) -> float:
+    """Seconds until no generation runs and none waits; AssertionError after `timeout`."""
+    t0 = time.monotonic()
+    while True:
+        if _metric(url, "kaname_active_generations") == 0 \
+                and _metric(url, "kaname_queue_depth") == 0:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"generations still running after {timeout} s")
+        time.sleep(0.1)
+
+
+def _assert_error_shape(body: Any, code: str) -> None:
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert body["error"]["code"] == code, body
+
+
+# ---- sustained load --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def busy_server():
+    with ServerProcess(*MODEL, "--max-concurrency", "2", "--max-queue", "64") as s:
+        yield s
+
+
+def _load_request(rng: random.Random) -> tuple[str, dict[str, Any]]:
+    body: dict[str, Any] = {"model": "random", "stream": True, "seed": rng.randrange(10**6),
+                            "max_tokens": rng.randint(4, 24)}
+    if rng.random() < 0.5:
+        body["stream_options"] = {"include_usage": True}
+    kind = rng.choice(["chat", "chat", "tools", "completion"])
+    if kind == "completion":
+        return "/v1/completions", {**body, "prompt": "Once upon a time"}
+    body["messages"] = [{"role": "user", "content": f"hello {rng.random()}"}]
+    if kind == "tools":
+        body["tools"] = [{"type": "function", "function": {"name": "lookup", "parameters": {
+            "type": "object", "properties": {"q": {"type": "string", "maxLength": 8}},
+            "required": ["q"]}}}]
+        body["tool_choice"] = rng.choice(["auto", "required"])
+    return "/v1/chat/completions", body
+
+
+def _check_stream(path: str, body: dict[str, Any], status: int, text: str) -> None:
+    assert status == 200, (status, text[:300])
+    blocks = [b for b in text.split("\n\n") if b.strip()]
+    assert blocks and blocks[-1] == "data: [DONE]", text[-300:]
+    finishes = []
+    usage = 0
+    for block in blocks[:-1]:
+        assert block.startswith("data: "), block
+        event = json.loads(block[len("data: "):])
+        assert "error" not in event, event
+        if event.get("usage"):
+            usage += 1
+        for choice in event["choices"]:
+            if choice.get("finish_reason") is not None:
+                finishes.append(choice["finish_reason"])
+    assert len(finishes) == 1, finishes
+    ok = {"stop", "length", "tool_calls"} if path.endswith("chat/completions") \
+        else {"stop", "length"}
+    assert finishes[0] in ok, finishes
+    want_usage = bool(body.get("stream_options", {}).get("include_usage"))
+    assert usage == int(want_usage), (usage, body)
+
+
+def test_sustained_streaming_load(busy_server):
+    url = busy_server.url
+    done: list[float] = []
+    failures: list[str] = []
+
+    async def client(i: int, http: httpx.AsyncClient, deadline: float) -> None:
+        rng = random.Random(i)
+        while time.monotonic() < deadline:
+            path, body = _load_request(rng)
+            t0 = time.monotonic()
+            try:
+                async with http.stream("POST", url + path, json=body) as r:
+                    text = (await r.aread()).decode()
+                _check_stream(path, body, r.status_code, text)
+                done.append(time.monotonic() - t0)
+            except Exception as e:  # recorded, the client goes on
+                failures.append(f"client {i} {path}: {type(e).__name__}: {str(e)[:300]}")
+
+    async def main() -> None:
+        limits = httpx.Limits(max_connections=CLIENTS * 2)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+            deadline = time.monotonic() + LOAD_SECONDS
+            await asyncio.gather(*(client(i, http, deadline) for i in range(CLIENTS)))
+
+    t0 = time.monotonic()
+    asyncio.run(main())
+    took = time.monotonic() - t0
+    done.sort()
+    print(f"\n{len(done)} streamed requests from {CLIENTS} clients in {took:.1f} s "
+          f"({len(done) / took:.1f}/s), latency p50 {done[len(done) // 2]:.2f} s, "
+          f"max {done[-1]:.2f} s, failures {len(failures)}")
+    assert not failures, failures[:5]
+    assert len(done) >= CLIENTS * 3
+    _wait_idle(url, 5)
+    metrics = httpx.get(url + "/metrics").text
+    assert 'kaname_requests_total{endpoint="/v1/chat/completions",status="429"}' not in metrics
+    assert 'status="500"' not in metrics
+
+
+# ---- a full queue, a client gone ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_server():
+    with ServerProcess(*MODEL, "--max-concurrency", "1", "--max-queue", "2",
+                       "--max-tokens-limit", "100000") as s:
+        yield s
+
+
+def test_full_queue_answers_429_at_once(small_server):
+    url = small_server.url
+    _wait_idle(url, 30)
+
+    async def one(http: httpx.AsyncClient, i: int) -> tuple[float, httpx.Response]:
+        await asyncio.sleep(0.02 * i)  # in order: the first takes the slot
+        t0 = time.monotonic()
+        r = await http.post(url + "/v1/completions", json=SLOW_COMPLETION)
+        return time.monotonic() - t0, r
+
+    async def main() -> list[tuple[float, httpx.Response]]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            return await asyncio.gather(*(one(http, i) for i in range(10)))
+
+    results = asyncio.run(main())
+    rejected = [(t, r) for t, r in results if r.status_code == 429]
+    served = [(t, r) for t, r in results if r.status_code == 200]
+    assert len(rejected) + len(served) == 10, [r.status_code for _, r in results]
+    assert 1 <= len(served) <= 3, len(served)  # one slot, two places in the queue
+    assert len(rejected) >= 7 - 1
+    for took, r in rejected:
+        assert took < 2.0, took
+        assert r.headers.get("retry-after") == "1"
+        _assert_error_shape(r.json(), "queue_full")
+        assert r.json()["error"]["type"] == "rate_limit_error"
+    for _, r in served:
+        choice = r.json()["choices"][0]
+        assert choice["finish_reason"] == "length"
+        assert r.json()["usage"]["completion_tokens"] == SLOW_TOKENS
+    _wait_idle(url, 10)
+
+
+async def _open_streams(url: str, n: int, hold: float,
+                        stagger: float) -> list[tuple[float, int, Any]]:
+    """n concurrent streaming slow completions, the i-th sent after i * stagger seconds; each:
+    (seconds to its first event, HTTP status, first event or error body). Each stream is held
+    open `hold` seconds after its first event, then closed; streams still waiting for their
+    first event after hold + 3 s are given up (left out)."""
+
+    async def one(http: httpx.AsyncClient, i: int) -> tuple[float, int, Any]:
+        await asyncio.sleep(stagger * i)
+        t0 = time.monotonic()
+        async with http.stream("POST", url + "/v1/completions",
+                               json={**SLOW_COMPLETION, "stream": True}) as r:
+            if r.status_code != 200:
+                return time.monotonic() - t0, r.status_code, json.loads(await r.aread())
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    took = time.monotonic() - t0
+                    await asyncio.sleep(hold)
+                    return took, 200, json.loads(line[len("data: "):])
+        raise AssertionError("stream ended without an event")
+
+    async with httpx.AsyncClient(timeout=60) as http:
+        tasks = [asyncio.create_task(one(http, i)) for i in range(n)]
+        done, pending = await asyncio.wait(tasks, timeout=hold + 3.0)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return [t.result() for t in done]
+
+
+def _rejected(results: list[tuple[float, int, Any]]) -> list[tuple[float, int, Any]]:
+    return [(t, status, e) for t, status, e in results if status == 429 or "error" in e]
+
+
+@pytest.mark.xfail(strict=True, reason="server bug: a stream is answered 200 before it asks "
+                   "for a slot, so a full queue is a 200 carrying an error event, not a 429")
+def test_full_queue_is_http_429_for_streams(small_server):
+    url = small_server.url
+    _wait_idle(url, 30)
+    try:
+        results = asyncio.run(_open_streams(url, 10, hold=1.0, stagger=0.02))
+    finally:
+        _wait_idle(url, 30)
+    rejected = _rejected(results)
+    assert len(rejected) >= 10 - 3, results
+    for took, status, body in rejected:
+        assert took < 2.0
+        _assert_error_shape(body, "queue_full")
+        assert status == 429, "a full queue is HTTP 429 before the stream starts"
+
+
+@pytest.mark.xfail(strict=True, reason="server bug: _Admission.acquire checks sem.locked() "
+                   "before the semaphore is taken (asyncio.wait_for runs sem.acquire() in a new "
+                   "task on Python 3.11), so requests arriving together all pass the check")
+def test_admission_bounds_simultaneous_arrivals():
+    """One slot, two places in the queue, ten requests in one event-loop turn: seven 429s.
+    (HTTP requests meet this when they reach acquire() in the same turn, as streams can.)"""
+    from kaname.server.backends import _Admission
+    from kaname.server.errors import APIError
+    from kaname.server.metrics import Metrics
+
+    async def main() -> list[Any]:
+        admission = _Admission(1, 2, Metrics(lambda: (0, 0)))
+
+        async def one() -> Any:
+            try:
+                await admission.acquire(0.5)  # never released: the queued ones time out
+                return "slot"
+            except APIError as e:
+                return e.status
+
+        return await asyncio.gather(*(one() for _ in range(10)))
+
+    outcome = asyncio.run(main())
+    assert sorted(outcome, key=str) == [429] * 7 + [504] * 2 + ["slot"], outcome
+
+
+@pytest.mark.xfail(strict=True, reason="server bug: a stream cancelled while it waits in "
+                   "send() leaves its body iterator suspended at a yield; nothing closes it, so "
+                   "the generation runs to its end")
+def test_client_disconnect_frees_the_slot(small_server):
+    url = small_server.url
+    _wait_idle(url, 30)
+    for attempt in range(3):
+        with httpx.Client(timeout=30) as http, \
+                http.stream("POST", url + "/v1/completions",
+                            json={**VERY_SLOW, "stream": True}) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()  # held: dropping it would close the connection at once
+            for line in lines:
+                if line.startswith("data: {"):
+                    assert json.loads(line[6:])["choices"][0]["text"]
+                    break
+            assert _metric(url, "kaname_active_generations") == 1
+            r.close()  # the client goes away after one chunk
+        try:
+            _wait_idle(url, 3.0)
+        except AssertionError:
+            _wait_idle(url, 60)  # let it end before the next test
+            raise AssertionError(f"attempt {attempt}: the generation went on after the client "
+                                 "left") from None
+        t0 = time.monotonic()
+        r2 = httpx.post(url + "/v1/completions", json={"model": "random", "prompt": "hi",
+                                                       "max_tokens": 8}, timeout=30)
+        assert r2.status_code == 200 and time.monotonic() - t0 < 2.0
