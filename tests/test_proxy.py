@@ -240,9 +240,6 @@ def test_stream_equals_non_stream_through_proxy(client, tool_pool):
     assert kinds.get("tool_calls", 0) >= 3, kinds
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: Replay rolls the matcher back, which "
-                   "llguidance refuses for grammars with max_tokens= lexemes "
-                   "(max_reasoning_tokens)")
 def test_max_reasoning_tokens_through_proxy(client, tool_pool):
     """max_reasoning_tokens puts a `max_tokens=` lexeme in the grammar; the kaname upstream
     enforces it, so the proxy's replay must accept what it sends."""
@@ -443,8 +440,6 @@ def test_upstream_down_is_502_fast():
         assert "kaname_active_generations 0.0" in httpx.get(s.url + "/metrics").text
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: Replay.feed sends text it later re-sends "
-                   "when the tokenization of the text so far changes")
 def test_streamed_text_survives_retokenization(fault_client):
     """The upstream streams one character per event: `<think>` and multi-character tokens
     form across events. The client must see the text once, split as without streaming."""

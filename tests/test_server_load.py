@@ -213,8 +213,6 @@ def _rejected(results: list[tuple[float, int, Any]]) -> list[tuple[float, int, A
     return [(t, status, e) for t, status, e in results if status == 429 or "error" in e]
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: a stream is answered 200 before it asks "
-                   "for a slot, so a full queue is a 200 carrying an error event, not a 429")
 def test_full_queue_is_http_429_for_streams(small_server):
     url = small_server.url
     _wait_idle(url, 30)
@@ -230,9 +228,6 @@ def test_full_queue_is_http_429_for_streams(small_server):
         assert status == 429, "a full queue is HTTP 429 before the stream starts"
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: _Admission.acquire checks sem.locked() "
-                   "before the semaphore is taken (asyncio.wait_for runs sem.acquire() in a new "
-                   "task on Python 3.11), so requests arriving together all pass the check")
 def test_admission_bounds_simultaneous_arrivals():
     """One slot, two places in the queue, ten requests in one event-loop turn: seven 429s.
     (HTTP requests meet this when they reach acquire() in the same turn, as streams can.)"""
@@ -256,9 +251,6 @@ def test_admission_bounds_simultaneous_arrivals():
     assert sorted(outcome, key=str) == [429] * 7 + [504] * 2 + ["slot"], outcome
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: a stream cancelled while it waits in "
-                   "send() leaves its body iterator suspended at a yield; nothing closes it, so "
-                   "the generation runs to its end")
 def test_client_disconnect_frees_the_slot(small_server):
     url = small_server.url
     _wait_idle(url, 30)

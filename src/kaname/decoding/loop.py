@@ -14,10 +14,9 @@ from typing import Literal
 
 import llguidance as llg
 
-from ..errors import KanameError
 from ..runtimes.base import Runtime
 from .masks import MaskBuffer
-from .sampling import PickStats, SamplingParams, TokenPicker
+from .sampling import PickStats, SamplingParams, TokenPicker, dead_end
 
 FinishReason = Literal["stop", "length"]
 
@@ -85,11 +84,11 @@ def decode(
         new = [token]
         if matcher is not None:
             if not matcher.consume_token(token):
-                raise KanameError(f"matcher refused an allowed token: {matcher.get_error()}")
+                raise dead_end(matcher)  # a parser limit, or an internal error
             ff = matcher.compute_ff_tokens()[: max_tokens - len(out) - 1]
             if ff:
                 if not matcher.consume_tokens(ff):
-                    raise KanameError(f"matcher refused its forced tokens: {matcher.get_error()}")
+                    raise dead_end(matcher)
                 forced += len(ff)
                 new += ff
         costs.append(time.perf_counter_ns() - t0)

@@ -89,8 +89,9 @@ class TokenPicker:
                     return token
             return self._greedy_masked(logits, matcher)
         if self.lazy:
-            z = logits.astype(np.float64) / p.temperature
-            weights = np.exp(z - z.max())
+            z = logits.astype(np.float64)
+            # shift before dividing: a tiny temperature must not overflow to inf - inf = NaN
+            weights = np.exp((z - z.max()) / p.temperature)
             cdf = np.cumsum(weights)
             for _ in range(self.REJECTION_TRIES):
                 token = int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right"))
@@ -112,7 +113,7 @@ class TokenPicker:
         if ids is not None:
             self.stats.sparse_masks += 1
             if len(ids) == 0:
-                raise _dead_end(matcher)
+                raise dead_end(matcher)
             return int(ids[np.argmax(logits[ids])])
         return int(np.argmax(self.masks.apply_dense(logits)))
 
@@ -125,14 +126,13 @@ class TokenPicker:
         else:
             self.stats.sparse_masks += 1
         if len(ids) == 0:
-            raise _dead_end(matcher)
+            raise dead_end(matcher)
         return int(ids[self._sample(logits[ids].astype(np.float64))])
 
     def _sample(self, z: NDArray[np.float64]) -> int:
         """Sample an index of `z` (allowed logits) with temperature / top-k / top-p / min-p."""
         p = self.params
-        z = z / p.temperature
-        probs = np.exp(z - z.max())
+        probs = np.exp((z - z.max()) / p.temperature)
         probs /= probs.sum()
         order = np.argsort(-probs, kind="stable")
         keep = len(order)
@@ -151,13 +151,15 @@ class TokenPicker:
         self.stats.full_masks += 1
         self.masks.fill(matcher)
         if matcher.is_error():
-            raise _dead_end(matcher)
+            raise dead_end(matcher)
 
 
-def _dead_end(matcher: llg.LLMatcher) -> Exception:
+def dead_end(matcher: llg.LLMatcher) -> Exception:
     from ..errors import GrammarTooComplexError, KanameError
 
     message = matcher.get_error().split("\n<")[0].strip()  # drop the state dump
-    if "too complex" in message.lower() or "fuel" in message or "limit" in message:
+    lowered = message.lower()
+    if any(k in lowered for k in ("too complex", "fuel", "limit", "too many", "lexer error")):
         return GrammarTooComplexError(f"grammar hit a parser limit while decoding: {message}")
-    return KanameError(f"grammar allows no token here (internal error): {message or 'empty mask'}")
+    return KanameError(f"the grammar failed while decoding (internal error): "
+                       f"{message or 'no token allowed'}")

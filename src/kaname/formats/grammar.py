@@ -209,12 +209,29 @@ def _calls(b: _Builder, fmt: ChatFormat, req: TurnRequest, tools: tuple[Tool, ..
     return rule
 
 
+def _pointer_token(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _rebase_refs(schema: Any, prefix: str) -> Any:
+    """A copy of `schema` whose local `$ref`s ("#...") point `prefix` deeper."""
+    if isinstance(schema, dict):
+        return {k: (f"#{prefix}{v[1:]}" if k == "$ref" and isinstance(v, str)
+                    and v.startswith("#") else _rebase_refs(v, prefix))
+                for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [_rebase_refs(v, prefix) for v in schema]
+    return schema
+
+
 def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | None) -> str:
     params: Any = {"type": "object"}
     if tool is not None and req.strict_level == "full" and tool.parameters is not None:
         params = tool.parameters
     if s.layout == "json":
         name_schema: Any = {"type": "string"} if tool is None else {"const": tool.name}
+        # the parameters move under properties/<args_key>: their local $refs move with them
+        params = _rebase_refs(params, "/properties/" + _pointer_token(s.args_key))
         schema = {"type": "object", "properties": {s.name_key: name_schema, s.args_key: params},
                   "required": [s.name_key, s.args_key], "additionalProperties": False}
         return b.json(schema)

@@ -260,6 +260,16 @@ class GrammarCompiler:
             if any(k in message for k in _TOO_COMPLEX):
                 raise GrammarTooComplexError(f"{what} is too costly to compile: {message}")
             raise error(f"invalid {what}: {message}")
+        # A grammar can compile and still match no text at all (`start: a`, `a: a`, or a
+        # schema that only refers to itself): the first mask is then empty.
+        probe = matcher.deep_copy()
+        _on_big_stack(probe.compute_bitmask)
+        if probe.is_error():
+            message = _first_line(probe.get_error())
+            if any(k in message for k in _TOO_COMPLEX):
+                raise GrammarTooComplexError(f"{what} is too costly to compile: {message}")
+            raise error(f"{what} matches no text (llguidance: "
+                        f"{message.splitlines()[0] if message else 'empty mask'})")
         digest = hashlib.sha256(grammar.encode()).hexdigest()[:16]
         return CompiledConstraint(c, grammar, digest, matcher)
 

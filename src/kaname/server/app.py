@@ -14,6 +14,7 @@ from contextlib import aclosing, asynccontextmanager
 from dataclasses import asdict
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,7 +31,7 @@ from ..formats import (
     parse_partial,
 )
 from ..grammar import JsonSchema, Lark, to_constraint
-from .backends import Generated, GenParams, LocalBackend, UpstreamBackend
+from .backends import Generated, GenParams, LocalBackend, Slot, UpstreamBackend
 from .config import ServerConfig
 from .errors import APIError, from_constraint_error
 from .limits import BodyLimit
@@ -136,7 +137,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             chat_template=config.chat_template)
         compiled = _compile(backend, Lark(prepared.grammar))
         params = GenParams(max_tokens, _temperature(req.temperature), req.top_p or 1.0,
-                           req.seed, req.stop_list())
+                           _seed(req.seed), req.stop_list())
         ext = {"format": fmt.name, "strict_level": strict_level,
                "grammar_hash": compiled.grammar_hash, "not_enforced": not_enforced,
                "guards": asdict(backend.compiler.guards)}
@@ -146,8 +147,9 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         id_prefix = new_call_id_prefix()
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            call.slot = await backend.admit()
             return _sse(_stream_chat(call, fmt, response_id, backend.model_id, id_prefix,
-                                     include_usage, ext, metrics, content_check))
+                                     include_usage, ext, metrics, content_check), call)
         gen = await _run_watching(request, call)
         _count(metrics, gen)
         message, finish = _chat_message(fmt, gen, id_prefix, bool(params.stop), call.tools)
@@ -169,7 +171,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         lark = lark_for(constraint, backend.compiler.guards) \
             if isinstance(backend, UpstreamBackend) else None
         params = GenParams(max_tokens, _temperature(req.temperature), req.top_p or 1.0,
-                           req.seed, req.stop_list())
+                           _seed(req.seed), req.stop_list())
         ext = {"grammar_hash": compiled.grammar_hash, "constraint": type(constraint).__name__,
                "not_enforced": [asdict(n) for n in compiled.not_enforced],
                "caps": compiled.caps}
@@ -178,8 +180,9 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         response_id = f"cmpl-{uuid.uuid4().hex}"
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            call.slot = await backend.admit()
             return _sse(_stream_completion(call, response_id, backend.model_id, include_usage,
-                                           metrics))
+                                           metrics), call)
         gen = await _run_watching(request, call)
         _count(metrics, gen)
         return JSONResponse({
@@ -201,12 +204,14 @@ class _Call:
         self.backend, self.prompt, self.compiled, self.params = backend, prompt, compiled, params
         self.lark, self.allow_unenforced, self.end_marker = lark, allow_unenforced, end_marker
         self.tools = tools  # the request's, for the parser
+        self.slot: Slot | None = None  # taken before a stream starts, so a full queue is a 429
 
     async def run(self, sink: Any) -> Generated:
         try:
             return await self.backend.generate(
                 self.prompt, self.compiled, self.params, sink, lark=self.lark,
-                allow_unenforced=self.allow_unenforced, end_marker=self.end_marker)
+                allow_unenforced=self.allow_unenforced, end_marker=self.end_marker,
+                slot=self.slot)
         except GrammarTooComplexError as e:  # a parser limit hit while decoding
             raise from_constraint_error(e) from e
         except KanameError as e:
@@ -245,6 +250,11 @@ def _max_tokens(config: ServerConfig, asked: int | None, *, default: int | None 
 
 def _temperature(t: float | None) -> float:
     return 1.0 if t is None else t
+
+
+def _seed(seed: int | None) -> int | None:
+    """Any integer is a seed (OpenAI takes negative ones); numpy wants 0 <= seed < 2**64."""
+    return None if seed is None else seed % 2**64
 
 
 def _too_large(config: ServerConfig) -> APIError:
@@ -349,9 +359,30 @@ def _count(metrics: Metrics, gen: Generated) -> None:
     metrics.tokens.labels("completion").inc(gen.completion_tokens)
 
 
-def _sse(events: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(events, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache"})
+class _EventStream(StreamingResponse):
+    """SSE that always closes its event generator (so a generation whose client went away is
+    cancelled even when the response was cut while sending) and frees a slot the generation
+    never took."""
+
+    def __init__(self, events: AsyncIterator[str], call: _Call):
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache"})
+        self._events = events
+        self._call = call
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._events.aclose()  # type: ignore[attr-defined]
+            slot = self._call.slot
+            if slot is not None and not slot.taken:
+                slot.release()
+
+
+def _sse(events: AsyncIterator[str], call: _Call) -> StreamingResponse:
+    return _EventStream(events, call)
 
 
 def _event(obj: dict[str, Any]) -> str:
@@ -433,6 +464,10 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
         yield _event(APIError(422, f"the model's turn does not follow the {fmt.name} format "
                                    f"(strict_level off): {e}",
                               code="format_parse_error").body())
+    except Exception:  # headers are sent: the error goes in the stream, logged here
+        log.exception("stream failed")
+        yield _event(APIError(500, "internal error (logged on the server)",
+                              type="server_error").body())
     yield "data: [DONE]\n\n"
 
 
@@ -464,4 +499,10 @@ async def _stream_completion(call: _Call, response_id: str, model: str, include_
                 yield chunk(item)
     except APIError as e:
         yield _event(e.body())
+    except ConstraintError as e:
+        yield _event(from_constraint_error(e).body())
+    except Exception:  # headers are sent: the error goes in the stream, logged here
+        log.exception("stream failed")
+        yield _event(APIError(500, "internal error (logged on the server)",
+                              type="server_error").body())
     yield "data: [DONE]\n\n"

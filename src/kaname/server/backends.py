@@ -51,14 +51,32 @@ class _Stop(Exception):
     """Raised inside the generation thread to end it early."""
 
 
+class Slot:
+    """One admitted generation. Released once, by whoever ends up owning it: the generation,
+    or the response if the generation never started."""
+
+    def __init__(self, admission: _Admission):
+        self._admission = admission
+        self.taken = False  # a generation owns it and will release it
+        self.released = False
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self._admission.release()
+
+
 class _Admission:
-    """A bounded queue in front of N slots: beyond `max_queue` waiting requests, 429."""
+    """A bounded queue in front of N slots: beyond `max_queue` waiting requests, 429. The
+    check and the count happen in one synchronous step, so simultaneous arrivals cannot all
+    slip past it."""
 
     def __init__(self, slots: int, max_queue: int, metrics: Metrics):
         self.slots = slots
         self.max_queue = max_queue
         self.metrics = metrics
         self.waiting = 0
+        self.running = 0
         self._sem: asyncio.Semaphore | None = None
 
     def _semaphore(self) -> asyncio.Semaphore:
@@ -66,24 +84,27 @@ class _Admission:
             self._sem = asyncio.Semaphore(self.slots)
         return self._sem
 
-    async def acquire(self, timeout: float) -> None:
-        sem = self._semaphore()
-        if sem.locked() and self.waiting >= self.max_queue:
-            raise APIError(429, f"server busy: {self.waiting} requests already queued; "
-                                "retry later", code="queue_full")
+    async def acquire(self, timeout: float) -> Slot:
+        if self.waiting + self.running >= self.slots + self.max_queue:
+            raise APIError(429, f"server busy: {self.running} generations running and "
+                                f"{self.waiting} queued (limit {self.max_queue}); retry later",
+                           code="queue_full")
         self.waiting += 1
         self.metrics.queue_depth.set(self.waiting)
         try:
-            await asyncio.wait_for(sem.acquire(), timeout)
+            await asyncio.wait_for(self._semaphore().acquire(), timeout)
         except TimeoutError:
             raise APIError(504, f"timed out after {timeout:.0f} s waiting for a generation "
                                 "slot", code="timeout") from None
         finally:
             self.waiting -= 1
             self.metrics.queue_depth.set(self.waiting)
+        self.running += 1
         self.metrics.active.inc()
+        return Slot(self)
 
     def release(self) -> None:
+        self.running -= 1
         self.metrics.active.dec()
         self._semaphore().release()
 
@@ -104,12 +125,17 @@ class LocalBackend:
         self._executor = ThreadPoolExecutor(max_workers=len(engines),
                                             thread_name_prefix="kaname-gen")
 
+    async def admit(self) -> Slot:
+        """Wait for a generation slot (429 when the queue is full, 504 on timeout)."""
+        return await self._admission.acquire(self.request_timeout)
+
     async def generate(self, prompt: str, compiled: CompiledConstraint,
                        params: GenParams, sink: TextSink | None = None, *,
                        lark: str | None = None, allow_unenforced: bool = False,
-                       end_marker: str = "") -> Generated:
+                       end_marker: str = "", slot: Slot | None = None) -> Generated:
         deadline = time.monotonic() + self.request_timeout
-        await self._admission.acquire(self.request_timeout)
+        slot = slot or await self.admit()
+        slot.taken = True
         engine = self._free.pop()
         loop = asyncio.get_running_loop()
         cancel = threading.Event()
@@ -126,9 +152,11 @@ class LocalBackend:
                                    temperature=params.temperature, top_p=params.top_p,
                                    seed=params.seed, stop=params.stop, on_tokens=on_tokens)
 
-        def done(_: Any) -> None:  # the slot is free only once the thread has stopped
+        def done(f: Any) -> None:  # the slot is free only once the thread has stopped
             self._free.append(engine)
-            self._admission.release()
+            slot.release()
+            if not f.cancelled():
+                f.exception()  # retrieved: a cancelled generation's _Stop is expected
 
         cfut = self._executor.submit(work)
         cfut.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
@@ -187,6 +215,7 @@ class Replay:
     merge into it; a changed tokenization is handled by rolling the matcher back."""
 
     def __init__(self, compiled: CompiledConstraint, tokenizer: llg.LLTokenizer):
+        self.compiled = compiled
         self.m = compiled.new_matcher()
         self.tok = tokenizer
         self.text = ""
@@ -202,6 +231,9 @@ class Replay:
         if common < len(self.tokens):
             self.m.rollback(len(self.tokens) - common)
             self.tokens = self.tokens[:common]
+            if self.m.is_error():  # llguidance cannot roll back max_tokens= lexemes: replay
+                self.m = self.compiled.new_matcher()
+                self.tokens, common = [], 0
         new = target[common:]
         if new and not self.m.consume_tokens(new):
             raise NotEnforcedError(f"the upstream text leaves the grammar near "
@@ -215,8 +247,10 @@ class Replay:
         toks = self.tok.tokenize_str(self.text, parse_special=True)
         self._advance(toks[:-1])
         valid = self.tok.decode_bytes(self.tokens).decode("utf-8", errors="ignore")
+        # A changed tokenization may validate a shorter prefix for a moment; what was passed
+        # on is still a prefix of the text, so only text beyond it goes out.
         out = valid[self.sent:]
-        self.sent = len(valid)
+        self.sent = max(self.sent, len(valid))
         return out
 
     def finish(self, finish_reason: str, end_marker: str) -> str:
@@ -257,10 +291,12 @@ class UpstreamBackend:
 
     async def generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
                        sink: TextSink | None = None, *, lark: str | None = None,
-                       allow_unenforced: bool = False, end_marker: str = "") -> Generated:
+                       allow_unenforced: bool = False, end_marker: str = "",
+                       slot: Slot | None = None) -> Generated:
         if lark is None:
             raise APIError(400, "this constraint cannot be sent upstream", code="unsupported")
-        await self._admission.acquire(self.request_timeout)
+        slot = slot or await self.admit()
+        slot.taken = True
         try:
             async with asyncio.timeout(self.request_timeout):
                 return await self._generate(prompt, compiled, params, sink, lark,
@@ -275,7 +311,10 @@ class UpstreamBackend:
             raise APIError(502, f"upstream unreachable: {type(e).__name__}: {e}",
                            code="upstream_unreachable") from None
         finally:
-            self._admission.release()
+            slot.release()
+
+    async def admit(self) -> Slot:
+        return await self._admission.acquire(self.request_timeout)
 
     async def _generate(self, prompt: str, constraint: CompiledConstraint, params: GenParams,
                         sink: TextSink | None, lark: str, allow_unenforced: bool,
