@@ -72,7 +72,8 @@ def test_summarize_hand_computed():
     ]
     s = sb.summarize(outs)
     assert {k: s[k] for k in sb.COUNT_KEYS} == {
-        "schemas": 4, "compiled": 2, "passing": 1, "valid_accepted": 1, "valid_rejected": 1,
+        "schemas": 4, "compiled": 2, "passing": 1, "passing_untested": 0,
+        "valid_accepted": 1, "valid_rejected": 1,
         "invalid_accepted": 1, "invalid_rejected": 1, "compile_errors": 1,
         "compile_timeouts": 1, "check_timeouts": 0, "crashes": 0, "walk_errors": 1}
     assert s["mask_steps"] == 3
@@ -81,6 +82,30 @@ def test_summarize_hand_computed():
     assert s["mask_us_p99"] == pytest.approx(2.98)
     assert s["compile_ms_p50"] == pytest.approx(3.0)
     assert s["compile_ms_p99"] == pytest.approx(3.98)
+
+
+def test_summarize_counts_untested_passes_apart():
+    outs = [sb.Outcome("compiled", compile_ns=1), sb.Outcome("compile_error", "x"),
+            sb.Outcome("compiled", compile_ns=1, valid=(True,), accepted=(True,))]
+    s = sb.summarize(outs)
+    assert (s["passing"], s["passing_untested"]) == (2, 1)
+
+
+@pytest.mark.parametrize("reason,key", [
+    ("UnsupportedSchemaError: unsupported JSON Schema keyword 'not' at '/allOf/1/not' cannot "
+     "be enforced (all: /allOf/1/not, /not); remove it or set strict=false",
+     "UnsupportedSchemaError: unsupported JSON Schema keyword 'not' cannot be enforced"),
+    ("RuntimeError: [22:19:15] /project/cpp/json_schema_converter.cc:5088: minItems is greater "
+     "than maxItems", "RuntimeError: minItems is greater than maxItems"),
+    ('ValueError: Unsupported JSON Schema structure {"format":"date-time"}',
+     "ValueError: Unsupported JSON Schema structure {…}"),
+    ("AssertionError: Unrecognized schema: {'required': ['banner']}",
+     "AssertionError: Unrecognized schema: {…}"),
+    ('ValueError: Unimplemented keys: ["not"]', 'ValueError: Unimplemented keys: ["not"]'),
+    ("", ""),
+])
+def test_reason_key_groups_one_cause(reason, key):
+    assert sb.reason_key(reason) == key
 
 
 def test_targets():

@@ -23,6 +23,7 @@ import math
 import multiprocessing as mp
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -189,7 +190,8 @@ def judge(valid: Sequence[bool], accepted: Sequence[bool]) -> dict[str, int]:
     return c
 
 
-COUNT_KEYS = ("schemas", "compiled", "passing", "valid_accepted", "valid_rejected",
+COUNT_KEYS = ("schemas", "compiled", "passing", "passing_untested", "valid_accepted",
+              "valid_rejected",
               "invalid_accepted", "invalid_rejected", "compile_errors", "compile_timeouts",
               "check_timeouts", "crashes", "walk_errors")
 
@@ -205,6 +207,7 @@ def summarize(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             out["compiled"] += 1
             compile_ns.append(o.compile_ns)  # type: ignore[arg-type]
         out["passing"] += o.passing
+        out["passing_untested"] += o.passing and not o.valid  # compiled, no instance to judge
         for k, v in o.counts().items():
             out[k] += v
         out["compile_errors"] += o.status == "compile_error"
@@ -235,10 +238,20 @@ def targets(engines: Mapping[str, Mapping[str, Any]], ours: str = "kaname"
     }
 
 
+_LOG_PREFIX = re.compile(r"\[\d\d:\d\d:\d\d\] \S+:\d+: ")  # xgrammar: [hh:mm:ss] file:line:
+_POINTER = re.compile(r" at '[^']*'| \(all: [^)]*\)|(?<= cannot be enforced)( \(at .*)")
+_INLINE_JSON = re.compile(r"([:\s])\{.*$")
+
+
 def reason_key(reason: str) -> str:
-    """A compile error grouped for counting: its first line, without quoted specifics."""
+    """A compile error grouped for counting: its first line without the places and the schema
+    fragments it quotes, so one cause in many places counts as one."""
     line = reason.splitlines()[0] if reason else ""
-    return line[:90]
+    line = _LOG_PREFIX.sub("", line)
+    line = _POINTER.sub("", line)
+    line = _INLINE_JSON.sub(r"\1{…}", line)
+    line = line.split(";")[0].split(": remove it")[0]
+    return line[:100]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,7 +476,8 @@ def report(result: RunResult) -> dict[str, Any]:
                 continue
             sub = summarize([outs[i] for i in idx])
             subsets[s]["engines"][e] = {k: sub[k] for k in (
-                "compiled", "passing", "valid_rejected", "invalid_accepted", "compile_timeouts",
+                "compiled", "passing", "passing_untested", "valid_rejected", "invalid_accepted",
+                "compile_timeouts",
                 "mask_us_mean", "mask_us_p50", "mask_us_p99", "compile_ms_p50",
                 "compile_ms_p99")}
     from .engine_bench import machine
@@ -507,15 +521,16 @@ def print_tables(data: dict[str, Any]) -> None:
     cfg = data["config"]
     t = Table(title=f"JSONSchemaBench, {cfg['schemas']} schemas, {cfg['instances']} instances, "
                     f"{cfg['tokenizer']} vocabulary")
-    cols = ("engine", "status", "compiled", "passing", "valid rej.", "invalid acc.",
+    cols = ("engine", "status", "compiled", "passing", "untested", "valid rej.", "invalid acc.",
             "timeouts", "compile ms p50", "p99", "mask µs mean", "p50", "p99")
     for c in cols:
         t.add_column(c, justify="left" if c in ("engine", "status") else "right")
     for name, e in data["engines"].items():
         if e["status"] != "ok":
-            t.add_row(name, f"{e['status']}: {e['reason']}", *["-"] * (len(cols) - 2))
+            t.add_row(name, e["status"], *["-"] * (len(cols) - 2))
             continue
-        t.add_row(name, "ok", _f(e["compiled"]), _f(e["passing"]), _f(e["valid_rejected"]),
+        t.add_row(name, "ok", _f(e["compiled"]), _f(e["passing"]), _f(e["passing_untested"]),
+                  _f(e["valid_rejected"]),
                   _f(e["invalid_accepted"]),
                   _f(e["compile_timeouts"] + e["check_timeouts"]),
                   _f(e["compile_ms_p50"], 2), _f(e["compile_ms_p99"], 1),
@@ -543,7 +558,9 @@ def print_tables(data: dict[str, Any]) -> None:
         f"{label}: {words[tg[k]]}" for label, k in zip(
             TARGETS, ("passing", "invalid_accepted", "mask_p99"), strict=True)))
     for name, e in data["engines"].items():
-        if e["status"] == "ok" and e.get("top_compile_errors"):
+        if e["status"] != "ok":
+            console.print(f"{name}: {e['status']}: {e['reason']}")
+        elif e.get("top_compile_errors"):
             top = ", ".join(f"{k} ({v})" for k, v in list(e["top_compile_errors"].items())[:4])
             console.print(f"[dim]{name} compile errors: {top}[/dim]")
     console.print(f"machine: {data['machine']}; run {data['run']['seconds']} s, load "
