@@ -323,3 +323,35 @@ def test_proxy_with_tokenizer_json_and_sglang_dialect(server, tmp_path):
             _check_calls(r.choices[0].message, set(PARAMS))
             calls += len(r.choices[0].message.tool_calls or [])
         assert calls >= 3
+
+
+def test_sigterm_ends_in_flight_generations_after_the_grace_period():
+    """Graceful shutdown: a generation still running after --graceful-shutdown seconds is
+    stopped at its next token, so the process exits promptly instead of finishing it."""
+    import os
+    import signal
+    import threading
+    import time
+
+    with ServerProcess("--model", "random", "--format", "qwen3", "--graceful-shutdown", "1",
+                       "--max-tokens-limit", "1000000") as s:
+        got_first = threading.Event()
+
+        def stream() -> None:
+            try:
+                with httpx.stream("POST", f"{s.url}/v1/completions", timeout=60, json={
+                        "model": "random", "prompt": "x", "max_tokens": 1000000,
+                        "stream": True,  # minutes of generation
+                        "structured_outputs": {"regex": "[a-z ]{3000000}"}}) as r:
+                    for _ in r.iter_lines():
+                        got_first.set()
+            except httpx.HTTPError:
+                pass  # the server went away: expected
+
+        t = threading.Thread(target=stream, daemon=True)
+        t.start()
+        assert got_first.wait(30)
+        started = time.monotonic()
+        os.kill(s.proc.pid, signal.SIGTERM)
+        s.proc.wait(timeout=30)
+        assert time.monotonic() - started < 10

@@ -124,6 +124,7 @@ class LocalBackend:
         self._admission = _Admission(len(engines), max_queue, metrics)
         self._executor = ThreadPoolExecutor(max_workers=len(engines),
                                             thread_name_prefix="kaname-gen")
+        self._running: set[threading.Event] = set()  # cancel flags of running generations
 
     async def admit(self) -> Slot:
         """Wait for a generation slot (429 when the queue is full, 504 on timeout)."""
@@ -139,6 +140,7 @@ class LocalBackend:
         engine = self._free.pop()
         loop = asyncio.get_running_loop()
         cancel = threading.Event()
+        self._running.add(cancel)
         stream = _TextStream(engine.runtime.tokenizer, params.stop, sink, loop)
 
         def on_tokens(ids: list[int]) -> None:
@@ -153,6 +155,7 @@ class LocalBackend:
                                    seed=params.seed, stop=params.stop, on_tokens=on_tokens)
 
         def done(f: Any) -> None:  # the slot is free only once the thread has stopped
+            self._running.discard(cancel)
             self._free.append(engine)
             slot.release()
             if not f.cancelled():
@@ -175,6 +178,10 @@ class LocalBackend:
                          result.usage.completion_tokens)
 
     def close(self) -> None:
+        """On shutdown (after uvicorn's grace period): stop what still runs at its next
+        token, so the process does not wait for whole generations."""
+        for cancel in list(self._running):
+            cancel.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
