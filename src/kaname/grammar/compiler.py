@@ -262,7 +262,10 @@ class GrammarCompiler:
             raise error(f"invalid {what}: {message}")
         # A grammar can compile and still match no text at all (`start: a`, `a: a`, or a
         # schema that only refers to itself): the first mask is then empty.
-        probe = matcher.deep_copy()
+        # (A matcher of its own: a deep copy shares the lexer, whose expression budget the
+        # probe's full mask would spend, so that decoding later hits llguidance's limit.)
+        probe = _on_big_stack(lambda: llg.LLMatcher(self.tokenizer, grammar, log_level=0,
+                                                    limits=self.limits))
         _on_big_stack(probe.compute_bitmask)
         if probe.is_error():
             message = _first_line(probe.get_error())
