@@ -1,0 +1,510 @@
+"""`kaname bench e2e`: kaname against its peers end to end, on the same model, in one process.
+
+The embedded Gemma 3 270M (llama.cpp, CPU), the same prompts and JSON Schemas (the four cases of
+`kaname bench engine`), the same prompt token ids, greedy decoding everywhere; engines:
+
+- `kaname`: `Engine.generate` with the schema;
+- `llamacpp_grammar`: llama-cpp-python's own grammar sampling (`LlamaGrammar.from_json_schema`,
+  `Llama.create_completion(grammar=...)`);
+- `xgrammar`, `outlines`: xgrammar's `GrammarMatcher` / outlines-core's `Guide` masking the
+  logits of the same high-level `Llama` through a `logits_processor` (only if installed;
+  otherwise listed as unavailable with the reason);
+- `unconstrained`: the same `Llama`, no constraint (the peers' baseline), and
+  `kaname_unconstrained`: kaname's decode loop with no constraint (kaname's baseline: the two
+  drivers are not equally fast, and a ratio should not credit the constraint with that).
+
+Each engine is warmed up once; then, run by run and prompt by prompt, every engine generates
+once, the engine order rotating, so drift on a shared machine hits all alike. Figures are
+medians over runs. How each figure is measured is in the JSON's `method` (and docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+ENGINES = ("kaname", "llamacpp_grammar", "xgrammar", "outlines", "unconstrained",
+           "kaname_unconstrained")
+CONSTRAINED = ("kaname", "llamacpp_grammar", "xgrammar", "outlines")
+BASELINE = {"kaname": "kaname_unconstrained", "llamacpp_grammar": "unconstrained",
+            "xgrammar": "unconstrained", "outlines": "unconstrained"}
+TARGETS = {"overhead_lowest": "kaname's overhead_us_per_token below every other constrained "
+                              "engine's",
+           "tps_ratio_vs_llamacpp_grammar_min": 10.0, "tps_ratio_vs_outlines_min": 2.0,
+           "kaname_valid_pct": 100.0}
+
+
+@dataclass(frozen=True)
+class Config:
+    case_names: tuple[str, ...]
+    max_tokens: int
+    runs: int
+
+
+FULL = Config(("company", "invoice", "tool_call", "triage"), max_tokens=256, runs=3)
+QUICK = Config(("company",), max_tokens=64, runs=1)
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers
+
+
+def median(xs: Sequence[float | None]) -> float | None:
+    """Median of the values that are not None; None when there are none."""
+    vals = [x for x in xs if x is not None]
+    return statistics.median(vals) if vals else None
+
+
+def div(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def paired_ratio(a: Sequence[float | None], b: Sequence[float | None]) -> float | None:
+    """Median over runs of a[i] / b[i] (runs where either is missing or b is 0 left out)."""
+    return median([x / y if x is not None and y else None for x, y in zip(a, b, strict=True)])
+
+
+def paired_diff(a: Sequence[float | None], b: Sequence[float | None]) -> float | None:
+    """Median over runs of a[i] - b[i]."""
+    return median([x - y if x is not None and y is not None else None
+                   for x, y in zip(a, b, strict=True)])
+
+
+def valid_output(text: str, schema: dict[str, Any], finish_reason: str) -> bool:
+    """jsonschema (formats checked) on the output; a cut-off output is invalid."""
+    import jsonschema
+
+    if finish_reason != "stop":
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    cls = jsonschema.validators.validator_for(schema)
+    return bool(cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(value))
+
+
+@dataclass
+class Record:
+    """One timed generation of one engine on one prompt in one run."""
+
+    engine: str
+    case: str
+    run: int
+    tokens: int
+    seconds: float
+    ttft_s: float | None
+    finish_reason: str
+    valid: bool
+    sample_ns: int
+    constraint_ns: int | None
+    forced: int = 0
+    text: str = ""
+    error: str | None = None
+
+
+def per_run(records: Sequence[Record], runs: int) -> dict[str, list[float | None]]:
+    """Per run (index = run), over its prompts: tokens/s = total tokens / total seconds, and
+    per-token µs (wall, sampling step, constraint) = total time / total tokens. Runs that ended
+    in an error count for validity only."""
+    out: dict[str, list[float | None]] = {k: [] for k in
+                                          ("tps", "wall_us", "sample_us", "constraint_us")}
+    for i in range(runs):
+        rs = [r for r in records if r.run == i and r.error is None]
+        tokens = sum(r.tokens for r in rs)
+        seconds = sum(r.seconds for r in rs)
+        out["tps"].append(div(tokens, seconds))
+        out["wall_us"].append(div(seconds * 1e6, tokens))
+        out["sample_us"].append(div(sum(r.sample_ns for r in rs) / 1e3, tokens))
+        direct = [r.constraint_ns for r in rs]
+        out["constraint_us"].append(
+            div(sum(direct) / 1e3, tokens)  # type: ignore[arg-type]
+            if direct and all(d is not None for d in direct) else None)
+    return out
+
+
+def ratios(tps: dict[str, list[float | None]], of: str = "kaname") -> dict[str, float | None]:
+    """`of`'s tokens/s ÷ each other engine's: the median of the per-run ratios."""
+    if of not in tps:
+        return {}
+    return {name: paired_ratio(tps[of], series) for name, series in tps.items() if name != of}
+
+
+def overheads(series: dict[str, dict[str, list[float | None]]]
+              ) -> dict[str, tuple[float | None, str]]:
+    """Constraint overhead in µs per generated token, and how it was obtained: measured
+    directly where the constraint can be timed on its own (kaname's decode loop, the logits
+    processors), else the sampling step's time minus that of the same driver unconstrained
+    (paired per run)."""
+    out: dict[str, tuple[float | None, str]] = {}
+    for name, s in series.items():
+        if name not in CONSTRAINED:
+            continue
+        if any(v is not None for v in s["constraint_us"]):
+            out[name] = (median(s["constraint_us"]), "direct")
+        elif BASELINE[name] in series:
+            out[name] = (paired_diff(s["sample_us"], series[BASELINE[name]]["sample_us"]),
+                         f"sample_step_minus_{BASELINE[name]}")
+        else:
+            out[name] = (None, f"not measured: {BASELINE[name]} was not run")
+    return out
+
+
+def targets_met(engines: dict[str, dict[str, Any]], rat: dict[str, float | None]
+                ) -> dict[str, bool | None]:
+    k = engines.get("kaname", {})
+    k_over = k.get("overhead_us_per_token")
+    others = [e.get("overhead_us_per_token") for n, e in engines.items()
+              if n in CONSTRAINED and n != "kaname" and e.get("available")]
+    others = [o for o in others if o is not None]
+    lowest = (k_over < min(others)) if k_over is not None and others else None
+
+    def at_least(peer: str, bound: float) -> bool | None:
+        r = rat.get(peer)
+        return None if r is None else r >= bound
+
+    return {
+        "overhead_lowest": lowest,
+        "tps_ratio_vs_llamacpp_grammar": at_least(
+            "llamacpp_grammar", TARGETS["tps_ratio_vs_llamacpp_grammar_min"]),  # type: ignore[arg-type]
+        "tps_ratio_vs_outlines": at_least("outlines", TARGETS["tps_ratio_vs_outlines_min"]),  # type: ignore[arg-type]
+        "kaname_valid_pct": (None if k.get("valid_pct") is None
+                             else k["valid_pct"] >= TARGETS["kaname_valid_pct"]),  # type: ignore[operator]
+    }
+
+
+def _round(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def summarize(records: Sequence[Record], runs: int, names: Sequence[str],
+              unavailable: dict[str, str], versions: dict[str, str]) -> dict[str, Any]:
+    """The `engines` / `ratios` / `overheads` part of the report."""
+    by_engine = {n: [r for r in records if r.engine == n] for n in names if n not in unavailable}
+    series = {n: per_run(rs, runs) for n, rs in by_engine.items()}
+    over = overheads(series)
+    engines: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name in unavailable:
+            engines[name] = {"available": False, "reason": unavailable[name]}
+            continue
+        rs, s = by_engine[name], series[name]
+        base = BASELINE.get(name)
+        overhead, how = over.get(name, (None, "unconstrained"))
+        totals = [sum(r.tokens for r in rs if r.run == i) for i in range(runs)]
+        e: dict[str, Any] = {
+            "available": True,
+            "version": versions.get(name, ""),
+            "tokens_per_s": _round(median(s["tps"])),
+            "valid_pct": _round(100.0 * sum(r.valid for r in rs) / len(rs)) if rs else None,
+            "ttft_ms": _round(median([r.ttft_s * 1e3 if r.ttft_s is not None else None
+                                      for r in rs])),
+            "overhead_us_per_token": _round(overhead, 1),
+            "overhead_method": how,
+            "overhead_wall_us_per_token": (
+                _round(paired_diff(s["wall_us"], series[base]["wall_us"]), 1)
+                if base in series else None),
+            "sample_us_per_token": _round(median(s["sample_us"]), 1),
+            "wall_us_per_token": _round(median(s["wall_us"]), 1),
+            "tokens_per_run": median(totals),
+            "finish_reasons": dict(Counter(r.finish_reason for r in rs)),
+            "errors": sorted({r.error for r in rs if r.error}),
+            "per_run_tokens_per_s": [_round(x) for x in s["tps"]],
+            "cases": _cases(rs),
+        }
+        if name == "kaname":
+            total = sum(r.tokens for r in rs)
+            e["forced_pct"] = _round(100.0 * sum(r.forced for r in rs) / total) if total else None
+        engines[name] = e
+    tps = {n: s["tps"] for n, s in series.items()}
+    return {"engines": engines, "ratios": {k: _round(v, 3) for k, v in ratios(tps).items()}}
+
+
+def _cases(rs: Sequence[Record]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for case in dict.fromkeys(r.case for r in rs):
+        cr = [r for r in rs if r.case == case]
+        last = cr[-1]
+        out[case] = {
+            "tokens_per_s": _round(median([div(r.tokens, r.seconds) for r in cr
+                                           if r.error is None])),
+            "ttft_ms": _round(median([r.ttft_s * 1e3 if r.ttft_s is not None else None
+                                      for r in cr])),
+            "valid": [r.valid for r in cr],
+            "completion_tokens": last.tokens,
+            "finish_reason": last.finish_reason,
+            "text": last.text,
+            **({"error": last.error} if last.error else {}),
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def parse_engines(values: Sequence[str] | None) -> tuple[str, ...]:
+    """`--engines a,b c` -> ("a", "b", "c"), in ENGINES order; unknown names are an error."""
+    if not values:
+        return ENGINES
+    asked = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    unknown = [a for a in asked if a not in ENGINES]
+    if unknown:
+        raise ValueError(f"unknown engine(s) {', '.join(unknown)}; expected some of "
+                         f"{', '.join(ENGINES)}")
+    return tuple(n for n in ENGINES if n in asked)
+
+
+def rotate(names: Sequence[str], k: int) -> list[str]:
+    if not names:
+        return []
+    k %= len(names)
+    return [*names[k:], *names[:k]]
+
+
+def _timed(driver: Any, prepared: Any, case: Any, prompt: list[int], max_tokens: int,
+           run: int) -> Record:
+    from .e2e_engines import _first_line
+
+    driver.prime(prompt)
+    gc.collect()
+    gc.disable()  # a collection inside a timed generation is noise, whoever it hits
+    try:
+        if isinstance(prepared, _Refused):
+            raise ValueError(prepared.reason)
+        g = driver.generate(prepared, case, prompt, max_tokens)
+    except Exception as e:
+        return Record(driver.name, case.name, run, 0, 0.0, None, "error", False, 0, None,
+                      error=_first_line(e))
+    finally:
+        gc.enable()
+    valid = g.error is None and valid_output(g.text, case.schema, g.finish_reason)
+    return Record(driver.name, case.name, run, g.tokens, g.seconds, g.ttft_s, g.finish_reason,
+                  valid, g.sample_ns, g.constraint_ns, g.forced, g.text, g.error)
+
+
+@dataclass
+class _Refused:
+    reason: str
+
+
+def run(config: Config, names: Sequence[str], *, threads: int | None = None,
+        quick: bool = False) -> dict[str, Any]:
+    from ..runtimes.llamacpp import default_vocab
+    from .e2e_engines import _first_line, load_drivers, threads_default
+    from .engine_bench import CASES, machine
+
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    load_before = os.getloadavg()[0]
+    threads = threads or threads_default()
+    by_name = {c.name: c for c in CASES}
+    cases = [by_name[n] for n in config.case_names]
+    vocab = default_vocab()
+    prompts = {c.name: vocab.tokenize(c.prompt) for c in cases}
+    print("kaname bench e2e: loading the engines…", file=sys.stderr)
+    drivers, unavailable = load_drivers(names, threads)
+    order = [n for n in names if n in drivers]
+    prepared: dict[tuple[str, str], Any] = {}
+    for name in order:
+        for case in cases:
+            try:
+                prepared[name, case.name] = drivers[name].prepare(case)
+            except Exception as e:
+                prepared[name, case.name] = _Refused(f"the schema was refused: {_first_line(e)}")
+    print(f"kaname bench e2e: warm-up ({', '.join(order)})…", file=sys.stderr)
+    for name in order:
+        _timed(drivers[name], prepared[name, cases[0].name], cases[0], prompts[cases[0].name],
+               config.max_tokens, -1)
+    records: list[Record] = []
+    t_start = time.perf_counter()
+    for i in range(config.runs):
+        print(f"kaname bench e2e: run {i + 1}/{config.runs}…", file=sys.stderr)
+        for j, case in enumerate(cases):
+            for name in rotate(order, i + j):
+                records.append(_timed(drivers[name], prepared[name, case.name], case,
+                                      prompts[case.name], config.max_tokens, i))
+    elapsed = time.perf_counter() - t_start
+    versions = {n: d.version for n, d in drivers.items()}
+    data: dict[str, Any] = {"benchmark": "e2e", "mode": "quick" if quick else "full"}
+    data |= summarize(records, config.runs, names, unavailable, versions)
+    data["targets"] = TARGETS
+    data["targets_met"] = targets_met(data["engines"], data["ratios"])
+    data["method"] = _method({n: d.method for n, d in drivers.items()})
+    data["config"] = {
+        "cases": list(config.case_names), "max_tokens": config.max_tokens, "runs": config.runs,
+        "threads": threads, "model": "Gemma 3 270M Q4_K_M (llama.cpp, CPU)",
+        "sampling": "greedy (temperature 0)",
+        "prompt_tokens": {n: len(p) for n, p in prompts.items()},
+        "llama_cpp_python": _version("llama-cpp-python"), "llguidance": _version("llguidance"),
+    }
+    data["machine"] = machine()
+    data["run"] = {"started_utc": started, "timed_seconds": round(elapsed, 1),
+                   "loadavg_1m": {"before": load_before, "after": os.getloadavg()[0]}}
+    return data
+
+
+def _version(dist: str) -> str:
+    from .e2e_engines import _version as v
+
+    return v(dist)
+
+
+def _method(engines: dict[str, str]) -> dict[str, Any]:
+    return {
+        "tokens_per_s": "generated tokens / wall time of the whole generation call (kaname: "
+                        "Engine.generate; peers: Llama.create_completion), summed over the "
+                        "prompts of a run; median over runs. Every engine finds the prompt in "
+                        "its KV cache but for the last token, which it evaluates in the call.",
+        "valid_pct": "share of all timed generations whose text passes jsonschema (formats "
+                     "checked) against the case's schema; a cut-off output (finish_reason "
+                     "length) is invalid",
+        "ttft_ms": "call start -> first token available (kaname: the first on_tokens callback; "
+                   "peers: the end of the first Llama.sample); median over every generation",
+        "overhead_us_per_token": "time spent in the constraint / generated tokens, median over "
+                                 "runs; `overhead_method` says how: `direct` = timed inside the "
+                                 "constraint (kaname's decode loop constraint_ns, which includes "
+                                 "its argmax; the logits processors of xgrammar / outlines); "
+                                 "`sample_step_minus_unconstrained` = the engine's Llama.sample "
+                                 "time per token minus the unconstrained engine's, paired per "
+                                 "run (llama.cpp's grammar sampler cannot be timed on its own)",
+        "overhead_wall_us_per_token": "wall time per generated token minus the same driver's "
+                                      "unconstrained wall time per token (kaname - "
+                                      "kaname_unconstrained; peers - unconstrained), paired per "
+                                      "run; negative when forced tokens save model steps",
+        "sample_us_per_token": "the whole sampling step (logits -> token) per generated token: "
+                               "kaname's constraint_ns (its argmax included); peers' Llama.sample "
+                               "(candidates array, processors, grammar, greedy, accept)",
+        "ratios": "kaname tokens/s ÷ each engine's tokens/s: median of the per-run ratios",
+        "order": "each engine is warmed up once on the first prompt; then per run and prompt "
+                 "every engine generates once, the engine order rotating by run and prompt",
+        "engines": engines,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def _fmt(x: Any, spec: str = ",.1f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def print_tables(data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:  # a file or a pipe: wide enough for every column
+        console = Console(width=150)
+    cfg = data["config"]
+    t = Table(title=f"end to end, Gemma 3 270M on llama.cpp ({cfg['threads']} threads), greedy: "
+                    f"{len(cfg['cases'])} prompt(s), max_tokens {cfg['max_tokens']}, median of "
+                    f"{cfg['runs']} run(s)")
+    t.add_column("engine")
+    for col in ("tok/s", "kaname ÷", "valid %", "TTFT ms", "overhead µs/tok", "how",
+                "Δwall µs/tok", "tokens/run"):
+        t.add_column(col, justify="left" if col == "how" else "right")
+    rat = data["ratios"]
+    for name, e in data["engines"].items():
+        if not e["available"]:
+            t.add_row(name, "unavailable", "", "", "", "", e["reason"][:60], "", "")
+            continue
+        how = {"direct": "direct"}.get(e["overhead_method"],
+                                       "Δsample" if e["overhead_method"].startswith("sample")
+                                       else e["overhead_method"][:20])
+        t.add_row(name, _fmt(e["tokens_per_s"]),
+                  "" if name == "kaname" else _fmt(rat.get(name), ".2f") + "×",
+                  _fmt(e["valid_pct"], ".0f"), _fmt(e["ttft_ms"]),
+                  _fmt(e["overhead_us_per_token"]), how if name in CONSTRAINED else "",
+                  _fmt(e["overhead_wall_us_per_token"], ",.0f"), _fmt(e["tokens_per_run"], ".0f"),
+                  style="bold" if name == "kaname" else None)
+    console.print(t)
+
+    avail = [n for n, e in data["engines"].items() if e["available"]]
+    c = Table(title="per prompt: median tok/s, valid runs / runs, tokens (last run)")
+    c.add_column("prompt")
+    for n in avail:
+        c.add_column(n, justify="right")
+    cases = data["config"]["cases"]
+    for case in cases:
+        cells = []
+        for n in avail:
+            x = data["engines"][n]["cases"].get(case)
+            if x is None:
+                cells.append("")
+                continue
+            cells.append(f"{_fmt(x['tokens_per_s'])} · {sum(x['valid'])}/{len(x['valid'])} · "
+                         f"{x['completion_tokens']}")
+        c.add_row(case, *cells)
+    console.print(c)
+
+    tg, met = data["targets"], data["targets_met"]
+
+    def word(v: bool | None) -> str:
+        return "n/a" if v is None else ("met" if v else "NOT met")
+
+    console.print(
+        f"targets: kaname overhead lowest: {word(met['overhead_lowest'])}; tok/s ≥ "
+        f"{tg['tps_ratio_vs_llamacpp_grammar_min']:g}× llamacpp_grammar: "
+        f"{word(met['tps_ratio_vs_llamacpp_grammar'])}; ≥ {tg['tps_ratio_vs_outlines_min']:g}× "
+        f"outlines: {word(met['tps_ratio_vs_outlines'])}; kaname valid 100%: "
+        f"{word(met['kaname_valid_pct'])}")
+    for n, e in data["engines"].items():
+        if not e["available"]:
+            console.print(f"{n}: unavailable: {e['reason']}")
+        elif e["errors"]:
+            console.print(f"{n}: errors: {'; '.join(e['errors'])}")
+    r = data["run"]
+    console.print(f"machine: {data['machine']}; 1-min load {r['loadavg_1m']['before']:.2f} "
+                  f"before, {r['loadavg_1m']['after']:.2f} after; timed part "
+                  f"{r['timed_seconds']} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true",
+                   help="one prompt, max_tokens 64, one run (a smoke run)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--engines", nargs="+", metavar="NAME",
+                   help=f"engines to run (comma or space separated; default all: "
+                        f"{', '.join(ENGINES)})")
+    p.add_argument("--runs", type=int, default=None,
+                   help=f"timed runs (default {FULL.runs}; --quick: {QUICK.runs})")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help=f"per generation (default {FULL.max_tokens}; --quick: "
+                        f"{QUICK.max_tokens})")
+    p.add_argument("--threads", type=int, default=None,
+                   help="llama.cpp threads for every engine (default $KANAME_THREADS, else all "
+                        "cores)")
+
+
+def main(args: argparse.Namespace) -> int:
+    base = QUICK if args.quick else FULL
+    runs = base.runs if args.runs is None else args.runs
+    max_tokens = base.max_tokens if args.max_tokens is None else args.max_tokens
+    if runs < 1:
+        raise ValueError("--runs must be >= 1")
+    if max_tokens < 1:
+        raise ValueError("--max-tokens must be >= 1")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError("--threads must be >= 1")
+    names = parse_engines(args.engines)
+    data = run(Config(base.case_names, max_tokens, runs), names, threads=args.threads,
+               quick=args.quick)
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False))
+    else:
+        print_tables(data)
+    return 0
