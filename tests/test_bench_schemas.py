@@ -291,7 +291,9 @@ def test_cli_smoke_json_shape_and_unavailable_engine(tmp_path):
     assert k["passing"] == 3 and k["valid_rejected"] == 0
     assert k["mask_us_p50"] > 0 and k["mask_us_p99"] >= k["mask_us_p50"]
     x = out["engines"]["xgrammar"]
-    assert x["status"] == "unavailable" and "simulated" in x["reason"]
+    # the fake package's own error, or, where torch is absent (CI), the missing torch
+    assert x["status"] == "unavailable"
+    assert "simulated" in x["reason"] or "torch cannot be imported" in x["reason"]
     assert x["passing"] is None and x["mask_us_p99"] is None
     assert set(out["subsets"]) == {"alpha", "beta"}
     assert out["subsets"]["alpha"]["schemas"] == 2
