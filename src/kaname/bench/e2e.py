@@ -328,10 +328,17 @@ def run(config: Config, names: Sequence[str], *, threads: int | None = None,
     t_start = time.perf_counter()
     for i in range(config.runs):
         print(f"kaname bench e2e: run {i + 1}/{config.runs}…", file=sys.stderr)
+        load = os.getloadavg()[0]
         for j, case in enumerate(cases):
             for name in rotate(order, i + j):
                 records.append(_timed(drivers[name], prepared[name, case.name], case,
                                       prompts[case.name], config.max_tokens, i))
+        # One line per run, so a reader can tell a disturbed run from the others.
+        tps = {n: per_run([r for r in records if r.engine == n and r.run == i], i + 1)["tps"][i]
+               for n in order}
+        print(f"kaname bench e2e: run {i + 1}: " + ", ".join(
+            f"{n} {_fmt(v)} tok/s" for n, v in tps.items()) + f" (1-min load {load:.2f} before)",
+            file=sys.stderr)
     elapsed = time.perf_counter() - t_start
     versions = {n: d.version for n, d in drivers.items()}
     data: dict[str, Any] = {"benchmark": "e2e", "mode": "quick" if quick else "full"}
