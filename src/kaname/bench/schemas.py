@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import multiprocessing as mp
 import os
 import random
@@ -34,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .engine_bench import percentile
 from .peers_engines import ENGINES, TOKENIZERS
 
 TARGETS = ("passing >= every peer", "invalid_accepted == 0", "mask p99 <= every peer")
@@ -117,19 +117,6 @@ def instance_text(data: Any) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # Statistics and counting (pure)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), interpolating linearly between ranks (numpy's default)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError("q must be in [0, 100]")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def time_stats(ns: Sequence[int], unit_ns: float, prefix: str,
