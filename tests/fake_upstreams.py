@@ -10,6 +10,8 @@ Behaviours:
                   the text's tokenization changes as it grows (a special token and multi-
                   character tokens form across events)
   unenforced      ignores the grammar: streams UNENFORCED_TEXT, finish_reason "stop"
+  long-fraction   streams LONG_FRACTION, a JSON object with a 9-digit fraction (past the guard)
+  short-fraction  streams SHORT_FRACTION, the same with 8 digits (within it)
   stall-headers   answers 200 and SSE headers, then sends nothing
   stall-silent    accepts the connection, reads the request, sends nothing at all
   stall-midway    sends one good chunk, then nothing
@@ -33,6 +35,8 @@ from typing import Any
 
 OK_TEXT = "All good."
 UNENFORCED_TEXT = "hello world"
+LONG_FRACTION = '{"x": 0.123456789}'
+SHORT_FRACTION = '{"x": 0.12345678}'
 CHARS_REASONING = "月に横浜市中区"
 CHARS_ANSWER = "横浜市中区 All good."
 CHARS_TEXT = f"<think>\n{CHARS_REASONING}\n</think>\n\n{CHARS_ANSWER}"
@@ -148,8 +152,10 @@ class FakeUpstream:
                 for ch in CHARS_TEXT:
                     event(ch)
                 event("", "stop")
-            elif fault == "unenforced":
-                for p in pieces(UNENFORCED_TEXT):
+            elif fault in ("unenforced", "long-fraction", "short-fraction"):
+                text = {"unenforced": UNENFORCED_TEXT, "long-fraction": LONG_FRACTION,
+                        "short-fraction": SHORT_FRACTION}[fault]
+                for p in pieces(text):
                     event(p)
                 event("", "stop")
             else:  # ok

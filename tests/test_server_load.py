@@ -231,12 +231,12 @@ def test_full_queue_is_http_429_for_streams(small_server):
 def test_admission_bounds_simultaneous_arrivals():
     """One slot, two places in the queue, ten requests in one event-loop turn: seven 429s.
     (HTTP requests meet this when they reach acquire() in the same turn, as streams can.)"""
-    from kaname.server.backends import _Admission
+    from kaname.server.admission import Admission
     from kaname.server.errors import APIError
     from kaname.server.metrics import Metrics
 
     async def main() -> list[Any]:
-        admission = _Admission(1, 2, Metrics(lambda: (0, 0)))
+        admission = Admission(1, 2, Metrics(lambda: (0, 0)))
 
         async def one() -> Any:
             try:

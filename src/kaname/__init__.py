@@ -4,12 +4,15 @@ from .decoding import SamplingParams
 from .engine import Enforced, Engine, GenerationResult, Usage
 from .errors import (
     ConstraintError,
+    ContextLengthError,
+    FormatParseError,
     GrammarTooComplexError,
     InvalidGrammarError,
     InvalidRegexError,
     InvalidSchemaError,
     KanameError,
     ModelError,
+    NotEnforcedError,
     UnsupportedSchemaError,
 )
 from .grammar import Choice, Guards, JsonObject, JsonSchema, Lark, Regex, Text, to_constraint
@@ -17,8 +20,10 @@ from .grammar import Choice, Guards, JsonObject, JsonSchema, Lark, Regex, Text, 
 __all__ = [
     "Choice",
     "ConstraintError",
+    "ContextLengthError",
     "Enforced",
     "Engine",
+    "FormatParseError",
     "GenerationResult",
     "GrammarTooComplexError",
     "Guards",
@@ -30,6 +35,7 @@ __all__ = [
     "KanameError",
     "Lark",
     "ModelError",
+    "NotEnforcedError",
     "Regex",
     "SamplingParams",
     "Text",

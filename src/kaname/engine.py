@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .decoding import Decoded, FinishReason, SamplingParams, decode
+from .errors import ContextLengthError
 from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, to_constraint
 from .runtimes.base import Runtime
 
@@ -110,10 +111,18 @@ class Engine:
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
                                 min_p=min_p, seed=seed)
         tokens = self.runtime.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        check_context(len(tokens), max_tokens, self.runtime.n_ctx)
         with self._lock:
             decoded = decode(self.runtime, tokens, compiled.new_matcher(), params,
                              max_tokens=max_tokens, stop=stop, lazy=lazy, on_tokens=on_tokens)
         return _result(decoded, compiled, len(tokens), response_format)
+
+
+def check_context(prompt_tokens: int, max_tokens: int, n_ctx: int | None) -> None:
+    """ContextLengthError unless the prompt and `max_tokens` fit the context (checked before
+    generating, so a request that cannot fit is refused, not cut off by the model)."""
+    if n_ctx is not None and prompt_tokens + max_tokens > n_ctx:
+        raise ContextLengthError(n_ctx, prompt_tokens, max_tokens)
 
 
 def _result(d: Decoded, c: CompiledConstraint, prompt_tokens: int,
@@ -155,4 +164,4 @@ def _parse(text: str, response_format: Any) -> Any:
     return value
 
 
-__all__ = ["Enforced", "Engine", "GenerationResult", "Usage", "to_constraint"]
+__all__ = ["Enforced", "Engine", "GenerationResult", "Usage", "check_context", "to_constraint"]

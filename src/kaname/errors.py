@@ -1,4 +1,4 @@
-"""kaname's exceptions.
+"""kaname's exceptions, all of them (the server's `APIError` included).
 
     KanameError
      ├── ConstraintError             the constraint a caller gave cannot be enforced (HTTP 400)
@@ -7,7 +7,13 @@
      │    ├── InvalidRegexError
      │    ├── InvalidGrammarError    Lark grammar or choice list does not compile
      │    └── GrammarTooComplexError a parser limit was hit while compiling or matching
-     └── ModelError                  the model could not be found, assembled or loaded
+     ├── ContextLengthError          prompt + max_tokens do not fit the model's context (400)
+     ├── FormatParseError            text that is not a turn of its chat format (only possible
+     │                               when the grammar was off: strict_level "off"; 422)
+     ├── NotEnforcedError            an upstream's text left the grammar it was sent (502)
+     ├── ModelError                  the model could not be found, assembled or loaded
+     └── server.errors.APIError      an HTTP answer in OpenAI's shape; the one table that maps
+                                     the errors above to it is `server.errors.api_error`
 
 Constraint errors carry `keyword` and `pointer` where they apply, so a server can answer
 with an OpenAI-shaped 400 that says exactly what to change.
@@ -29,6 +35,12 @@ class ConstraintError(KanameError, ValueError):
         self.keyword = keyword
         self.pointer = pointer
 
+    def at(self, prefix: str) -> ConstraintError:
+        """The same error with its pointer moved under `prefix` (where the constraint sat in a
+        request, e.g. "/response_format/json_schema/schema")."""
+        return type(self)(self.message, keyword=self.keyword,
+                          pointer=f"{prefix}{self.pointer or ''}")
+
 
 class InvalidSchemaError(ConstraintError):
     """The JSON Schema itself is invalid (fails its metaschema or does not compile)."""
@@ -48,6 +60,29 @@ class InvalidGrammarError(ConstraintError):
 
 class GrammarTooComplexError(ConstraintError):
     """Compiling or matching the grammar exceeded a parser limit; simplify the constraint."""
+
+
+class ContextLengthError(KanameError):
+    """The prompt and the requested completion do not fit the model's context window."""
+
+    def __init__(self, context: int, prompt_tokens: int, max_tokens: int):
+        super().__init__(
+            f"This model's maximum context length is {context} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+            f"{max_tokens} in the completion). Please reduce the length of the messages or "
+            "the completion.")
+        self.context = context
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.param: str | None = None  # the request field to shorten, where a server knows it
+
+
+class FormatParseError(KanameError):
+    """The text is not a turn of this format (possible only when the grammar was off)."""
+
+
+class NotEnforcedError(KanameError):
+    """The upstream's text is not in the language of the grammar it was sent."""
 
 
 class ModelError(KanameError):

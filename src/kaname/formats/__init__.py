@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import ConstraintError
+from ..errors import ConstraintError, FormatParseError
 from .deepseek_v31 import DEEPSEEK_V31
 from .gemma3 import GEMMA3
 from .glm45 import GLM45
@@ -12,7 +12,6 @@ from .kimi_k2 import KIMI_K2
 from .llama31 import LLAMA31
 from .mistral import MISTRAL
 from .parser import (
-    FormatParseError,
     ParsedTurn,
     StreamParser,
     ToolCall,

@@ -15,7 +15,6 @@ through a lazy rule, so text can never swallow it.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -23,13 +22,12 @@ from typing import Any
 import llguidance as llg
 
 from ..errors import ConstraintError
-from ..grammar import GrammarCompiler, Guards, JsonSchema
-from ..grammar.guards import apply_guards, escape_options, whitespace_options
+from ..grammar import GrammarCompiler, Guards, JsonObject, JsonSchema, Text
+from ..grammar.lark import ANY_TEXT, json_expr, json_object_expr, string_literal
 from . import keyed
 from .request import Tool, TurnRequest
 from .spec import ChatFormat, ToolCallSyntax
 
-_ANY_TEXT = "(?s:.*)"
 # Free text of a turn whose calls are bare JSON (Llama): it cannot start like a call.
 _NO_BRACE_TEXT = "(?s:([^{].*)?)"
 
@@ -56,7 +54,7 @@ class _Builder:
         if not text:
             return ""
         parts = self._split.split(text) if self._split else [text]
-        items = [f"<[{self.special[p]}]>" if p in self.special else json.dumps(p)
+        items = [f"<[{self.special[p]}]>" if p in self.special else string_literal(p)
                  for p in parts if p]
         return items[0] if len(items) == 1 else "(" + " ".join(items) + ")"
 
@@ -64,7 +62,7 @@ class _Builder:
         return any(text.startswith(t) for t in self.special)
 
     def until(self, markers: str | Sequence[str], *, max_tokens: int | None = None,
-              text: str = _ANY_TEXT) -> str:
+              text: str = ANY_TEXT) -> str:
         """A rule: free text (matching the regex `text`), then one of `markers`.
 
         Markers that start with a special token end the text by themselves; plain-text
@@ -93,22 +91,8 @@ class _Builder:
             self.rules.append(f"{rule}[{flags}]: /{text}/ {ends}")
         return rule
 
-    def json(self, schema: Any, *, lenient: bool = False) -> str:
-        return json_lark(schema, self.guards, lenient=lenient)
-
-
-def json_lark(schema: Any, guards: Guards, *, lenient: bool = False) -> str:
-    """`%json` of `schema` with kaname's guards. lenient: keywords llguidance cannot enforce are
-    skipped (the caller reports and post-checks them) instead of failing the grammar."""
-    guarded = apply_guards(schema, guards).schema
-    options: dict[str, Any] = {**whitespace_options(guards), **escape_options(schema)[0]}
-    if lenient:
-        options.update(lenient=True, coerce_one_of=True)
-    if isinstance(guarded, dict):
-        guarded = {**guarded, "x-guidance": options}
-    elif guarded is True:
-        guarded = {"x-guidance": options}
-    return "%json " + json.dumps(guarded, ensure_ascii=False)
+    def json(self, schema: Any, *, strict: bool = True) -> str:
+        return json_expr(schema, self.guards, strict=strict)
 
 
 def _special_id(tokenizer: llg.LLTokenizer, text: str) -> int | None:
@@ -139,7 +123,7 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     content_end = _one_of(b, content_ends)
     cb = b.lit(fmt.content_begin)
 
-    content_json, lenient = _content_schema(req.response_format)
+    content = _content(b, req)
     alternatives: list[str] = []
     bare_calls = False  # calls without an opener: free text may not look like one
     if tools and syntax is not None:
@@ -148,23 +132,21 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
         opener = b.lit(syntax.opener)
         bare_calls = not syntax.opener and req.tool_choice == "auto"
         if req.tool_choice == "auto" and syntax.content_before_calls and syntax.opener:
-            if content_json is None:
+            if content is None:
                 text = b.until(syntax.opener)
                 lead = f"({cb} {text} | {opener})" if cb else text
                 alternatives.append(f"{lead} {calls} {calls_end}")
             else:
-                content = _seq(cb, b.json(content_json, lenient=lenient),
-                               b.lit(syntax.after_content))
-                alternatives.append(_seq(f"({content})?", opener, calls, calls_end))
+                before = _seq(cb, content, b.lit(syntax.after_content))
+                alternatives.append(_seq(f"({before})?", opener, calls, calls_end))
         else:
             alternatives.append(_seq(opener, calls, calls_end))
     if req.tool_choice in ("auto", "none") or not tools:
-        if content_json is None:
-            text = b.until(content_ends, text=_NO_BRACE_TEXT if bare_calls else _ANY_TEXT)
+        if content is None:
+            text = b.until(content_ends, text=_NO_BRACE_TEXT if bare_calls else ANY_TEXT)
             alternatives.append(_seq(cb, text))
         else:
-            alternatives.append(_seq(cb, b.lit(fmt.json_prefix),
-                                     b.json(content_json, lenient=lenient),
+            alternatives.append(_seq(cb, b.lit(fmt.json_prefix), content,
                                      b.lit(fmt.json_suffix), content_end))
     b.rules.insert(0, "body: " + " | ".join(alternatives))
 
@@ -235,7 +217,7 @@ def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | N
         schema = {"type": "object", "properties": {s.name_key: name_schema, s.args_key: params},
                   "required": [s.name_key, s.args_key], "additionalProperties": False}
         return b.json(schema)
-    name = "/[A-Za-z0-9_.-]+/" if tool is None else json.dumps(tool.name)
+    name = "/[A-Za-z0-9_.-]+/" if tool is None else string_literal(tool.name)
     parts = [b.lit(s.name_prefix), name]
     if s.index_sep:
         # a runaway guard, like the engine's number caps: a call index has at most 4 digits
@@ -256,7 +238,7 @@ def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any) -> str:
     required = set(params.get("required") or ())
     pairs = []
     for k, prop in props.items():
-        pair = _seq(key_open, json.dumps(k), b.lit(s.key_end), value_open,
+        pair = _seq(key_open, string_literal(k), b.lit(s.key_end), value_open,
                     _keyed_value(b, s, params, prop))
         pairs.append(pair if k in required else f"({pair})?")
     rule = b.name("args")
@@ -269,9 +251,9 @@ def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any) -> str:
     if not keyed.is_raw_string(prop):
         return f"{b.json(keyed.value_schema(params, prop))} {end}"
     if "const" in prop:
-        return f"{json.dumps(prop['const'])} {end}"
+        return f"{string_literal(prop['const'])} {end}"
     if isinstance(prop.get("enum"), list):
-        return "(" + " | ".join(json.dumps(e) for e in prop["enum"]) + f") {end}"
+        return "(" + " | ".join(string_literal(e) for e in prop["enum"]) + f") {end}"
     low = prop.get("minLength", 0)
     high = prop.get("maxLength", b.guards.max_string_length)
     if low or high is not None:
@@ -279,16 +261,18 @@ def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any) -> str:
     return b.until(s.value_end)
 
 
-def _content_schema(rf: Any) -> tuple[Any, bool]:
-    """(schema or None, lenient): json_schema content is lenient unless `strict` is true."""
-    if not rf or rf.get("type") == "text":
-        return None, False
-    if rf.get("type") == "json_object":
-        return {"type": "object"}, False
-    if rf.get("type") == "json_schema":
-        spec = rf.get("json_schema") or {}
-        return spec.get("schema", {}), spec.get("strict") is not True
-    raise ConstraintError(f"unsupported response_format type {rf.get('type')!r}",
+def _content(b: _Builder, req: TurnRequest) -> str | None:
+    """The Lark of JSON content (json_object, or json_schema as strict as it says), or None for
+    free text."""
+    c = req.content
+    if isinstance(c, Text):
+        return None
+    if isinstance(c, JsonObject):
+        return json_object_expr(b.guards)
+    if isinstance(c, JsonSchema):
+        return b.json(c.schema, strict=c.strict)
+    raise ConstraintError(f"response_format type {type(c).__name__.lower()!r} is not "
+                          "supported for chat content; use text, json_object or json_schema",
                           pointer="/response_format/type")
 
 

@@ -16,14 +16,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import KanameError
+from ..errors import FormatParseError
 from . import keyed
 from .request import Tool
 from .spec import ChatFormat
-
-
-class FormatParseError(KanameError):
-    """The text is not a turn of this format (possible only when the grammar was off)."""
 
 
 @dataclass

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConstraintError
+from ..grammar import Constraint, from_response_format
 
 StrictLevel = Literal["full", "names", "off"]
 ReasoningMode = Literal["off", "on", "required"]
@@ -32,7 +33,7 @@ class TurnRequest:
     """The grammar-shaping part of an OpenAI chat request.
 
     tool_choice: "none" | "auto" | "required" | a function name.
-    response_format: None / {"type": "text"} / json_object / json_schema (content only).
+    response_format: the request's, as sent: None / text / json_object / json_schema.
     """
 
     tools: tuple[Tool, ...] = ()
@@ -57,6 +58,16 @@ class TurnRequest:
         if self.max_reasoning_tokens is not None and self.max_reasoning_tokens < 1:
             raise ConstraintError("max_reasoning_tokens must be >= 1",
                                   pointer="/max_reasoning_tokens")
+
+    @property
+    def content(self) -> Constraint:
+        """What the content is bound to: `response_format` read by the one reader (text,
+        json_object, or json_schema with OpenAI's strict default)."""
+        try:
+            return from_response_format(self.response_format)
+        except ConstraintError as e:
+            raise type(e)(e.message, keyword=e.keyword,
+                          pointer=f"/response_format{e.pointer or ''}") from e
 
     @property
     def callable_tools(self) -> tuple[Tool, ...]:

@@ -9,6 +9,7 @@ from .constraints import (
     Lark,
     Regex,
     Text,
+    from_response_format,
     to_constraint,
 )
 from .guards import Guards
@@ -25,5 +26,6 @@ __all__ = [
     "NotEnforced",
     "Regex",
     "Text",
+    "from_response_format",
     "to_constraint",
 ]

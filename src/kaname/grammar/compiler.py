@@ -27,28 +27,10 @@ from ..errors import (
     InvalidSchemaError,
     UnsupportedSchemaError,
 )
-from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex, Text
-from .guards import Guards, apply_guards, escape_options, whitespace_options
+from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
+from .guards import Guards
+from .lark import JSON_OBJECT_SCHEMA, constraint_lark, guarded_json, start_rule
 from .schema_walk import escape, format_pointers, keyword_pointers
-
-# A bounded "any JSON value" so json_object mode gets the number guards too.
-_ANY_REF = {"$ref": "#/$defs/kaname_any"}
-_JSON_OBJECT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": _ANY_REF,
-    "$defs": {
-        "kaname_any": {
-            "anyOf": [
-                {"type": "null"},
-                {"type": "boolean"},
-                {"type": "number"},
-                {"type": "string"},
-                {"type": "array", "items": _ANY_REF},
-                {"type": "object", "additionalProperties": _ANY_REF},
-            ]
-        }
-    },
-}
 
 T = TypeVar("T")
 
@@ -70,7 +52,7 @@ class CompiledConstraint:
     """A constraint ready for decoding: its grammar, a pristine matcher, and what it enforces."""
 
     constraint: Constraint
-    grammar: str
+    grammar: str  # Lark text: what the matcher was built from, and what an upstream is sent
     grammar_hash: str
     matcher: llg.LLMatcher
     schema: Any = None  # the user's schema, for the jsonschema post-check
@@ -194,65 +176,39 @@ class GrammarCompiler:
         if isinstance(c, JsonSchema | JsonObject):
             return self._compile_json(c, g)
         if isinstance(c, Regex):
-            grammar = llg.LLMatcher.grammar_from_regex(c.pattern)
-            return self._finish(c, grammar, InvalidRegexError, "regex")
-        if isinstance(c, Lark):
-            grammar = llg.LLMatcher.grammar_from_lark(c.grammar)
-            return self._finish(c, grammar, InvalidGrammarError, "Lark grammar")
+            return self._finish(c, constraint_lark(c, g), InvalidRegexError, "regex")
         if isinstance(c, Choice):
             if not c.options or not all(isinstance(o, str) for o in c.options):
                 raise InvalidGrammarError("choice needs a non-empty list of strings")
-            # JSON string literals are valid llguidance Lark literals (escapes included).
-            lark = "start: " + " | ".join(json.dumps(o) for o in c.options)
-            return self._finish(c, llg.LLMatcher.grammar_from_lark(lark), InvalidGrammarError,
-                                "choice")
-        if isinstance(c, Text):
-            return self._finish(c, llg.LLMatcher.grammar_from_lark("start: /(?s:.*)/"),
-                                InvalidGrammarError, "text")
-        raise ConstraintError(f"unknown constraint {c!r}")  # pragma: no cover
+            return self._finish(c, constraint_lark(c, g), InvalidGrammarError, "choice")
+        what = "Lark grammar" if isinstance(c, Lark) else "text"
+        return self._finish(c, constraint_lark(c, g), InvalidGrammarError, what)
 
     def _compile_json(self, c: JsonSchema | JsonObject, g: Guards) -> CompiledConstraint:
         if isinstance(c, JsonObject):
             user_schema: Any = {"type": "object"}
-            schema: Any = _JSON_OBJECT_SCHEMA
+            schema: Any = JSON_OBJECT_SCHEMA
             strict = True
         else:
             user_schema = schema = _plain(c.schema)
             strict = c.strict
             _check_metaschema(user_schema)
-        guarded = apply_guards(schema, g)
-        escapes, escape_at = escape_options(schema)
-        options: dict[str, Any] = {**whitespace_options(g), **escapes, "lenient": not strict}
-        if not strict:
-            options["coerce_one_of"] = True
-        try:
-            grammar = llg.LLMatcher.grammar_from_json_schema(
-                guarded.schema if not isinstance(guarded.schema, bool) else
-                ({} if guarded.schema else {"not": {}}),
-                overrides=options,
-            )
-        except ValueError as e:
-            raise InvalidSchemaError(f"schema is not a JSON object: {e}") from e
+        expr, caps = guarded_json(schema, g, strict=strict)
+        lark = start_rule(expr)
         is_error, messages = _on_big_stack(lambda: llg.LLMatcher.validate_grammar_with_warnings(
-            grammar, self.tokenizer, limits=self.limits))
+            llg.LLMatcher.grammar_from_lark(lark), self.tokenizer, limits=self.limits))
         if is_error:
             raise _schema_error(messages[0] if messages else "unknown error", user_schema)
         not_enforced = tuple(_not_enforced(messages, user_schema)) if not strict else ()
-        caps = dict(guarded.applied)
-        if escape_at:
-            caps["no_quote_or_backslash_escapes"] = {"at": escape_at}
-        if g.separators is not None:
-            caps["separators"] = {"value": list(g.separators)}
-        elif g.max_whitespace is not None:
-            caps["max_whitespace"] = {"value": g.max_whitespace}
-        compiled = self._finish(c, grammar, InvalidSchemaError, "schema")
+        compiled = self._finish(c, lark, InvalidSchemaError, "schema")
         compiled.schema = user_schema
         compiled.not_enforced = not_enforced
         compiled.caps = caps
         return compiled
 
-    def _finish(self, c: Constraint, grammar: str, error: type[ConstraintError],
+    def _finish(self, c: Constraint, lark: str, error: type[ConstraintError],
                 what: str) -> CompiledConstraint:
+        grammar = llg.LLMatcher.grammar_from_lark(lark)
         matcher = _on_big_stack(lambda: llg.LLMatcher(self.tokenizer, grammar, log_level=0,
                                                       limits=self.limits))
         if matcher.is_error():
@@ -273,8 +229,8 @@ class GrammarCompiler:
                 raise GrammarTooComplexError(f"{what} is too costly to compile: {message}")
             raise error(f"{what} matches no text (llguidance: "
                         f"{message.splitlines()[0] if message else 'empty mask'})")
-        digest = hashlib.sha256(grammar.encode()).hexdigest()[:16]
-        return CompiledConstraint(c, grammar, digest, matcher)
+        digest = hashlib.sha256(lark.encode()).hexdigest()[:16]
+        return CompiledConstraint(c, lark, digest, matcher)
 
 
 def _plain(schema: Any) -> Any:

@@ -91,12 +91,22 @@ def to_constraint(value: Any) -> Constraint:
         )
     kind = value.get("type")
     if isinstance(kind, str) and kind in _RESPONSE_FORMAT_TYPES:
-        return _from_response_format(value)
+        return from_response_format(value)
     return JsonSchema(value)
 
 
-def _from_response_format(rf: Mapping[str, Any]) -> Constraint:
-    kind = rf["type"]
+def from_response_format(rf: Mapping[str, Any] | None) -> Constraint:
+    """The one reader of an OpenAI `response_format` (and kaname's regex / grammar / choice
+    kinds). `json_schema.strict` defaults to false, as OpenAI's does: the schema is enforced
+    where it can be, the rest reported and post-checked. Pointers are relative to `rf`."""
+    if rf is None:
+        return Text()
+    if not isinstance(rf, Mapping):
+        raise ConstraintError("response_format must be an object", pointer="")
+    kind = rf.get("type")
+    if kind not in _RESPONSE_FORMAT_TYPES:
+        raise ConstraintError(f"unsupported response_format type {kind!r}; expected one of "
+                              f"{', '.join(sorted(_RESPONSE_FORMAT_TYPES))}", pointer="/type")
     if kind == "text":
         return Text()
     if kind == "json_object":
@@ -116,9 +126,7 @@ def _from_response_format(rf: Mapping[str, Any]) -> Constraint:
                 "response_format.json_schema.schema must be a JSON object",
                 pointer="/json_schema/schema",
             )
-        strict = spec.get("strict")
-        return JsonSchema(schema, strict=True if strict is None else bool(strict),
-                          name=spec.get("name"))
+        return JsonSchema(schema, strict=spec.get("strict") is True, name=spec.get("name"))
     if kind == "regex":
         return Regex(_required_str(rf, "regex"))
     if kind == "grammar":

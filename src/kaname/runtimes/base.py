@@ -24,6 +24,11 @@ class Runtime(Protocol):
     @property
     def eos_token_ids(self) -> Sequence[int]: ...
 
+    @property
+    def n_ctx(self) -> int | None:
+        """Tokens of prompt and completion together the model can hold; None: unbounded."""
+        ...
+
     def tokenize(self, text: str) -> list[int]:
         """Prompt text to tokens, with the model's BOS where it wants one."""
         ...

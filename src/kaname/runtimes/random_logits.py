@@ -44,6 +44,8 @@ def token_classes(tokenizer: llg.LLTokenizer
 class RandomLogitsRuntime:
     """Seeded random logits over `tokenizer`'s vocabulary; the prompt is ignored."""
 
+    n_ctx: int | None = None  # no context window: the prompt is not even read
+
     def __init__(self, tokenizer: llg.LLTokenizer, *, seed: int = 0, scale: float = 1.0,
                  close_bias: float = 1.5, eos_token_ids: Sequence[int] | None = None,
                  bos_token_id: int | None = None):

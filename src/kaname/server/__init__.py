@@ -14,9 +14,11 @@ from ..errors import ModelError
 from ..formats import get_format
 from ..grammar import GrammarCompiler
 from .app import create_app
-from .backends import LocalBackend, UpstreamBackend
+from .backend import Backend
 from .config import ServerConfig
+from .local import LocalBackend
 from .metrics import Metrics
+from .upstream import UpstreamBackend
 
 
 def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
@@ -28,11 +30,12 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
             runtime_factory(config.model, fmt, config.seed).tokenizer
         compiler = GrammarCompiler(tokenizer)
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
-        backend: LocalBackend | UpstreamBackend = UpstreamBackend(
+        backend: Backend = UpstreamBackend(
             config.upstream, config.upstream_model or config.model_id(), config.model_id(),
             tokenizer, compiler, metrics, api_key=config.upstream_api_key,
             max_concurrency=config.concurrency(), max_queue=config.max_queue,
-            request_timeout=config.request_timeout, dialect=config.upstream_dialect)
+            request_timeout=config.request_timeout, dialect=config.upstream_dialect,
+            end_marker=fmt.end_of_turn)
     else:
         first = Engine(runtime_factory(config.model, fmt, config.seed))
         compiler = first.compiler

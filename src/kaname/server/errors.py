@@ -1,12 +1,23 @@
-"""Errors in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`."""
+"""Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, and the one
+table that maps kaname's exceptions to them (`api_error`)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from starlette.responses import JSONResponse
 
-from ..errors import ConstraintError, GrammarTooComplexError
+from ..errors import (
+    ConstraintError,
+    ContextLengthError,
+    FormatParseError,
+    GrammarTooComplexError,
+    KanameError,
+    NotEnforcedError,
+)
+
+log = logging.getLogger("kaname.server")
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           413: "invalid_request_error", 422: "invalid_response_error",
@@ -14,7 +25,7 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
           504: "timeout_error"}
 
 
-class APIError(Exception):
+class APIError(KanameError):
     """An error answered to the client; never a 500 for anything the client sent."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
@@ -35,9 +46,34 @@ class APIError(Exception):
         return JSONResponse(self.body(), status_code=self.status, headers=headers)
 
 
-def from_constraint_error(e: ConstraintError, *, prefix: str = "") -> APIError:
+def api_error(e: BaseException) -> APIError:
+    """The HTTP answer for an exception, wherever it was raised (a handler, a stream's tail).
+    Anything not kaname's own is a bug: logged, and answered 500 without details."""
+    if isinstance(e, APIError):
+        return e
+    if isinstance(e, ConstraintError):
+        return from_constraint_error(e)
+    if isinstance(e, ContextLengthError):
+        return APIError(400, str(e), param=e.param or "messages",
+                        code="context_length_exceeded")
+    if isinstance(e, FormatParseError):  # only possible with strict_level "off"
+        return APIError(422, f"the model's turn does not follow its chat format "
+                             f"(strict_level off): {e}", code="format_parse_error")
+    if isinstance(e, NotEnforcedError):
+        return APIError(502, f"upstream did not enforce the grammar ({e}); is its "
+                             "structured-output backend llguidance? Set allow_unenforced=true "
+                             "to get the raw text marked as not enforced",
+                        code="upstream_not_enforced")
+    if isinstance(e, KanameError):  # the model failed (ModelError), not the request
+        log.error("generation failed: %s", e)
+        return APIError(500, f"generation failed: {e}", type="server_error")
+    log.error("unhandled error", exc_info=e)
+    return APIError(500, "internal error (logged on the server)", type="server_error")
+
+
+def from_constraint_error(e: ConstraintError) -> APIError:
     """A schema, grammar or request problem: 400 naming the keyword and JSON pointer."""
-    pointer = f"{prefix}{e.pointer or ''}" or None
+    pointer = e.pointer or None
     message = e.message
     if pointer and pointer not in message:
         message = f"{message} (at {pointer})"

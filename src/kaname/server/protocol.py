@@ -10,6 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import ConstraintError
+from ..grammar import Constraint, to_constraint
+
 
 class _Loose(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
@@ -170,7 +173,41 @@ class CompletionRequest(_Sampling):
         if isinstance(self.prompt, str):
             return self.prompt
         if len(self.prompt) != 1:
-            from .errors import APIError
-
-            raise APIError(400, "prompt: exactly one prompt per request", param="prompt")
+            raise ConstraintError("prompt: exactly one prompt per request", pointer="/prompt")
         return self.prompt[0]
+
+    def constraint(self) -> Constraint:
+        """The one constraint this request gives, in whichever spelling it uses (OpenAI's
+        response_format, vLLM's structured_outputs or guided_*, SGLang's ebnf); errors point
+        at the field it came from."""
+        given: list[tuple[str, Any]] = []
+        rf = self.response_format
+        if rf is not None:
+            given.append(("response_format", rf.model_dump(by_alias=True, exclude_none=True)
+                          if isinstance(rf, BaseModel) else rf))
+        so = self.structured_outputs
+        if so is not None:
+            for name, kind, value in (("json", None, so.json_), ("regex", "regex", so.regex),
+                                      ("choice", "choice", so.choice),
+                                      ("grammar", "grammar", so.grammar)):
+                if value is not None:
+                    given.append((f"structured_outputs/{name}",
+                                  value if kind is None else {"type": kind, kind: value}))
+            if so.json_object:
+                given.append(("structured_outputs/json_object", {"type": "json_object"}))
+        for name, kind in (("guided_json", None), ("guided_regex", "regex"),
+                           ("guided_choice", "choice"), ("guided_grammar", "grammar"),
+                           ("ebnf", "grammar")):
+            value = getattr(self, name)
+            if value is not None:
+                given.append((name, value if kind is None else {"type": kind, kind: value}))
+        if len(given) > 1:
+            raise ConstraintError("give one constraint: " + ", ".join(n for n, _ in given),
+                                  pointer=f"/{given[1][0]}")
+        if not given:
+            return to_constraint(None)
+        name, value = given[0]
+        try:
+            return to_constraint(value)
+        except ConstraintError as e:
+            raise e.at(f"/{name}") from e

@@ -1,0 +1,70 @@
+"""Checking text that was generated elsewhere (an upstream server) against a grammar.
+
+The upstream was sent the same Lark grammar this matcher was built from; replaying its text
+token by token is the independent proof that it enforced it.
+"""
+
+from __future__ import annotations
+
+import llguidance as llg
+
+from ..errors import NotEnforcedError
+from ..grammar import CompiledConstraint
+
+
+class Replay:
+    """Replays upstream text through kaname's own matcher as it streams: only text the grammar
+    accepts is passed on. The last token of the text so far is held back, since more text may
+    merge into it; a changed tokenization is handled by rolling the matcher back."""
+
+    def __init__(self, compiled: CompiledConstraint, tokenizer: llg.LLTokenizer):
+        self.compiled = compiled
+        self.m = compiled.new_matcher()
+        self.tok = tokenizer
+        self.text = ""
+        self.tokens: list[int] = []
+        self.sent = 0
+
+    def _advance(self, target: list[int]) -> None:
+        common = 0
+        for a, b in zip(self.tokens, target, strict=False):
+            if a != b:
+                break
+            common += 1
+        if common < len(self.tokens):
+            self.m.rollback(len(self.tokens) - common)
+            self.tokens = self.tokens[:common]
+            if self.m.is_error():  # llguidance cannot roll back max_tokens= lexemes: replay
+                self.m = self.compiled.new_matcher()
+                self.tokens, common = [], 0
+        new = target[common:]
+        if new and not self.m.consume_tokens(new):
+            raise NotEnforcedError(f"the upstream text leaves the grammar near "
+                                   f"{self.tok.decode_str(new)[:60]!r}: "
+                                   f"{self.m.get_error() or 'token not allowed'}")
+        self.tokens = list(target)
+
+    def feed(self, chunk: str) -> str:
+        """Accept a chunk; return the newly validated text."""
+        self.text += chunk
+        toks = self.tok.tokenize_str(self.text, parse_special=True)
+        self._advance(toks[:-1])
+        valid = self.tok.decode_bytes(self.tokens).decode("utf-8", errors="ignore")
+        # A changed tokenization may validate a shorter prefix for a moment; what was passed
+        # on is still a prefix of the text, so only text beyond it goes out.
+        out = valid[self.sent:]
+        self.sent = max(self.sent, len(valid))
+        return out
+
+    def finish(self, finish_reason: str, end_marker: str) -> str:
+        self._advance(self.tok.tokenize_str(self.text, parse_special=True))
+        if finish_reason == "stop" and not self.m.is_accepting():
+            # Engines do not echo the end-of-sequence token they stopped at: the turn's end
+            # marker may be missing from the text.
+            end = self.tok.tokenize_str(end_marker, parse_special=True) if end_marker else []
+            if not end or not self.m.consume_tokens(end) or not self.m.is_accepting():
+                raise NotEnforcedError("the upstream stopped before the grammar was complete")
+            self.text += end_marker
+        out = self.text[self.sent:]
+        self.sent = len(self.text)
+        return out

@@ -1,0 +1,122 @@
+"""The one translation of a constraint into llguidance's Lark dialect.
+
+Everything kaname enforces is written here as Lark text: a whole constraint (`constraint_lark`)
+for the engine and for an upstream server, and the pieces a chat turn's grammar is assembled
+from (`json_expr`, `string_literal`, `regex_literal`). The local matcher and an upstream server
+are given the same text, so what the proxy sends is, byte for byte, what its replay checks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import ConstraintError
+from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex, Text
+from .guards import Guards, apply_guards, escape_options, whitespace_options
+
+ANY_TEXT = "(?s:.*)"
+
+# OpenAI's json_object: any JSON object, its values bounded by the guards too (a plain
+# {"type": "object"} has untyped values, which the number guards cannot reach).
+_ANY_REF = {"$ref": "#/$defs/kaname_any"}
+JSON_OBJECT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": _ANY_REF,
+    "$defs": {
+        "kaname_any": {
+            "anyOf": [
+                {"type": "null"},
+                {"type": "boolean"},
+                {"type": "number"},
+                {"type": "string"},
+                {"type": "array", "items": _ANY_REF},
+                {"type": "object", "additionalProperties": _ANY_REF},
+            ]
+        }
+    },
+}
+
+
+def json_expr(schema: Any, guards: Guards, *, strict: bool = True) -> str:
+    """`%json` of `schema` narrowed by the guards, with kaname's layout and escape options.
+    strict=False: keywords llguidance cannot enforce are skipped (the caller reports them and
+    post-checks) instead of failing the grammar."""
+    return guarded_json(schema, guards, strict=strict)[0]
+
+
+def guarded_json(schema: Any, guards: Guards, *, strict: bool = True
+                 ) -> tuple[str, dict[str, Any]]:
+    """(`json_expr`, the caps it applied: each guard that took effect, with pointers)."""
+    guarded = apply_guards(schema, guards)
+    escapes, escape_at = escape_options(schema)
+    options: dict[str, Any] = {**whitespace_options(guards), **escapes}
+    if not strict:
+        options.update(lenient=True, coerce_one_of=True)
+    body = guarded.schema
+    if body is True:
+        body = {}
+    elif body is False:
+        body = {"not": {}}
+    if not isinstance(body, dict):
+        raise ConstraintError(f"a JSON Schema is an object or a boolean, not "
+                              f"{type(body).__name__}", pointer="")
+    caps = dict(guarded.applied)
+    if escape_at:
+        caps["no_quote_or_backslash_escapes"] = {"at": escape_at}
+    if guards.separators is not None:
+        caps["separators"] = {"value": list(guards.separators)}
+    elif guards.max_whitespace is not None:
+        caps["max_whitespace"] = {"value": guards.max_whitespace}
+    return "%json " + json.dumps({**body, "x-guidance": options}, ensure_ascii=False), caps
+
+
+def json_object_expr(guards: Guards) -> str:
+    return json_expr(JSON_OBJECT_SCHEMA, guards)
+
+
+def string_literal(text: str) -> str:
+    """A Lark string literal (JSON string literals are valid llguidance literals)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def regex_literal(pattern: str) -> str:
+    """A Lark regex token `/pattern/` matching exactly what `pattern` matches.
+
+    Inside `/.../` an unescaped `/` would end the token: it is written `\\/` (which the regex
+    engine reads as `/`); escape sequences already in the pattern are copied as they are, so an
+    escaped `\\/` or `\\\\` is not escaped twice. A line break in the pattern becomes `\\n`."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        out.append({"/": "\\/", "\n": "\\n", "\r": "\\r"}.get(ch, ch))
+        i += 1
+    return "/" + "".join(out) + "/"
+
+
+def constraint_lark(c: Constraint, guards: Guards) -> str:
+    """The whole grammar of a constraint, as one Lark text (a user's Lark grammar as given)."""
+    if isinstance(c, Lark):
+        return c.grammar
+    if isinstance(c, JsonSchema):
+        body = json_expr(c.schema, guards, strict=c.strict)
+    elif isinstance(c, JsonObject):
+        body = json_object_expr(guards)
+    elif isinstance(c, Regex):
+        body = regex_literal(c.pattern)
+    elif isinstance(c, Choice):
+        body = " | ".join(string_literal(o) for o in c.options)
+    elif isinstance(c, Text):
+        body = f"/{ANY_TEXT}/"
+    else:  # pragma: no cover - Constraint is a closed union
+        raise ConstraintError(f"unknown constraint {c!r}")
+    return start_rule(body)
+
+
+def start_rule(body: str) -> str:
+    return f"start: {body}\n"

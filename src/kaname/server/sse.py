@@ -1,0 +1,56 @@
+"""Server-sent events: framing, and the one tail every stream ends with.
+
+Once the 200 and its headers are sent an error can only travel in the stream: it becomes one
+OpenAI-shaped error event (through the same table as every other error), then `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+from starlette.responses import StreamingResponse
+
+from .admission import Slot
+from .errors import api_error
+
+DONE = "data: [DONE]\n\n"
+
+
+def event(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def framed(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    """`events` as SSE lines; an exception ends them with its error event; always `[DONE]`."""
+    try:
+        async with aclosing(events):  # type: ignore[type-var]
+            async for obj in events:
+                yield event(obj)
+    except Exception as e:  # headers are sent: the error goes in the stream
+        yield event(api_error(e).body())
+    yield DONE
+
+
+class EventStream(StreamingResponse):
+    """SSE that always closes its event generator (so a generation whose client went away is
+    cancelled even when the response was cut while sending) and frees a slot the generation
+    never took."""
+
+    def __init__(self, events: AsyncIterator[dict[str, Any]], slot: Slot):
+        self._lines = framed(events)
+        super().__init__(self._lines, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache"})
+        self._slot = slot
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._lines.aclose()  # type: ignore[attr-defined]
+            if not self._slot.taken:
+                self._slot.release()

@@ -1,0 +1,158 @@
+"""Text from an upstream server that enforces the grammar it is sent (vLLM with the guidance
+backend, SGLang with llguidance, or another kaname), replayed through kaname's own matcher.
+
+The upstream gets `{upstream}/completions` with the prompt and the compiled constraint's Lark
+text, the same bytes the replay's matcher was built from. Only text the replay accepts reaches
+the sink; text that leaves the grammar comes back with `enforced=False`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import llguidance as llg
+
+from ..decoding.replay import Replay
+from ..errors import NotEnforcedError
+from ..grammar import CompiledConstraint, GrammarCompiler
+from .admission import Admission, Slot
+from .backend import Generated, GenParams, TextSink
+from .errors import APIError
+from .metrics import Metrics
+
+
+class UpstreamBackend:
+    """Fronts an OpenAI-compatible /v1/completions. `end_marker`: the chat format's end of turn,
+    which engines do not echo when they stop at it."""
+
+    n_ctx: int | None = None  # the upstream knows its own and answers for it
+
+    def __init__(self, url: str, upstream_model: str, model_id: str, tokenizer: llg.LLTokenizer,
+                 compiler: GrammarCompiler, metrics: Metrics, *, api_key: str | None,
+                 max_concurrency: int, max_queue: int, request_timeout: float,
+                 connect_timeout: float = 5.0, dialect: str = "vllm", end_marker: str = ""):
+        self.url = url.rstrip("/")
+        self.dialect = dialect
+        self.end_marker = end_marker
+        self.upstream_model = upstream_model
+        self.model_id = model_id
+        self.tokenizer = tokenizer
+        self.compiler = compiler
+        self.metrics = metrics
+        self.request_timeout = request_timeout
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(request_timeout, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=max_concurrency * 2))
+        self._admission = Admission(max_concurrency, max_queue, metrics)
+
+    def count_tokens(self, prompt: str) -> int:
+        return len(self.tokenizer.tokenize_str(prompt, parse_special=True))
+
+    async def generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
+                       sink: TextSink | None = None, *, slot: Slot | None = None) -> Generated:
+        slot = slot or await self.admit()
+        slot.taken = True
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                return await self._generate(prompt, compiled, params, sink)
+        except TimeoutError:
+            raise APIError(504, f"upstream did not finish within {self.request_timeout:.0f} s",
+                           code="upstream_timeout") from None
+        except httpx.TimeoutException as e:
+            raise APIError(504, f"upstream timed out: {type(e).__name__}",
+                           code="upstream_timeout") from None
+        except httpx.HTTPError as e:
+            raise APIError(502, f"upstream unreachable: {type(e).__name__}: {e}",
+                           code="upstream_unreachable") from None
+        finally:
+            slot.release()
+
+    async def admit(self) -> Slot:
+        return await self._admission.acquire(self.request_timeout)
+
+    async def _generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
+                        sink: TextSink | None) -> Generated:
+        body: dict[str, Any] = {
+            "model": self.upstream_model, "prompt": prompt, "max_tokens": params.max_tokens,
+            "temperature": params.temperature, "top_p": params.top_p, "stream": True,
+            "stream_options": {"include_usage": True},
+            # the format's markers are special tokens: they must come back as text
+            "skip_special_tokens": False, "spaces_between_special_tokens": False,
+        }
+        if self.dialect == "sglang":  # its llguidance backend reads Lark from `ebnf`
+            body["ebnf"] = compiled.grammar
+        else:  # vLLM >= 0.11 with the guidance backend (and kaname itself)
+            body["structured_outputs"] = {"grammar": compiled.grammar}
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = params.stop
+        replay = Replay(compiled, self.tokenizer)
+        text, finish, usage = "", None, {}
+        unenforced: str | None = None
+        async with self._client.stream("POST", f"{self.url}/completions", json=body) as r:
+            if r.status_code != 200:
+                detail = (await r.aread()).decode(errors="replace")[:300]
+                raise APIError(502, f"upstream answered {r.status_code}: {detail}",
+                               code="upstream_error")
+            async for data in _sse_data(r):
+                if data == "[DONE]":
+                    break
+                try:
+                    event = json.loads(data)
+                    choices = event.get("choices") or []
+                    chunk = choices[0].get("text") or "" if choices else ""
+                    finish = (choices[0].get("finish_reason") if choices else None) or finish
+                    usage = event.get("usage") or usage
+                except (json.JSONDecodeError, AttributeError, IndexError, TypeError):
+                    raise APIError(502, f"upstream sent a malformed event: {data[:120]!r}",
+                                   code="upstream_garbled") from None
+                if "error" in event:
+                    raise APIError(502, f"upstream error: {str(event['error'])[:300]}",
+                                   code="upstream_error")
+                if not chunk:
+                    continue
+                text += chunk
+                if unenforced is None:
+                    try:
+                        out = replay.feed(chunk)
+                    except NotEnforcedError as e:
+                        unenforced = str(e)
+                        out = ""
+                    if out and sink is not None:
+                        sink(out)
+        if finish not in ("stop", "length"):
+            raise APIError(502, "upstream stream ended without a finish_reason",
+                           code="upstream_garbled")
+        if unenforced is None:
+            try:
+                rest = replay.finish(finish, self.end_marker)
+                if rest and sink is not None:
+                    sink(rest)
+                text = replay.text
+            except NotEnforcedError as e:
+                unenforced = str(e)
+        if unenforced is not None:
+            self.metrics.not_enforced.inc()
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        completion_tokens = int(usage.get("completion_tokens") or 0)
+        return Generated(text, finish, prompt_tokens, completion_tokens,
+                         enforced=unenforced is None, not_enforced_reason=unenforced)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+async def _sse_data(r: httpx.Response) -> AsyncIterator[str]:
+    """The `data:` payloads of an SSE stream."""
+    async for line in r.aiter_lines():
+        if line.startswith("data:"):
+            yield line[5:].strip()
+        elif line and not line.startswith((":", "event:", "id:", "retry:")):
+            raise APIError(502, f"upstream sent a malformed SSE line: {line[:120]!r}",
+                           code="upstream_garbled")
