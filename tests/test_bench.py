@@ -1,4 +1,5 @@
-"""`kaname bench engine`: the JSON it prints, its helpers, and greedy agreement of both paths."""
+"""`kaname bench engine`: the JSON it prints, its helpers (and the benchmarks' shared ones, in
+`kaname.bench.common`), and greedy agreement of both paths."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from kaname.bench import common
 from kaname.bench import engine_bench as eb
 from kaname.grammar import GrammarCompiler
 from kaname.runtimes.llamacpp import Vocab
@@ -21,24 +23,53 @@ from kaname.runtimes.random_logits import RandomLogitsRuntime
 
 def test_percentile_hand_computed() -> None:
     xs = [4.0, 1.0, 3.0, 2.0]  # sorted: 1 2 3 4; rank of q is 3 * q / 100
-    assert eb.percentile(xs, 0) == 1.0
-    assert eb.percentile(xs, 50) == pytest.approx(2.5)  # rank 1.5
-    assert eb.percentile(xs, 99) == pytest.approx(3.97)  # rank 2.97: 3 + 0.97 * (4 - 3)
-    assert eb.percentile(xs, 100) == 4.0
-    assert eb.percentile([7.0], 99) == 7.0
+    assert common.percentile(xs, 0) == 1.0
+    assert common.percentile(xs, 50) == pytest.approx(2.5)  # rank 1.5
+    assert common.percentile(xs, 99) == pytest.approx(3.97)  # rank 2.97: 3 + 0.97 * (4 - 3)
+    assert common.percentile(xs, 100) == 4.0
+    assert common.percentile([7.0], 99) == 7.0
 
 
 def test_percentile_matches_numpy() -> None:
     xs = list(np.random.default_rng(0).exponential(size=101))
     for q in (1, 50, 90, 99):
-        assert eb.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+        assert common.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
 
 
 def test_percentile_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
-        eb.percentile([], 50)
+        common.percentile([], 50)
     with pytest.raises(ValueError):
-        eb.percentile([1.0], 101)
+        common.percentile([1.0], 101)
+
+
+_FAKE_BYTES = {0: b"<pad>", 1: b"<eos>", 2: b"a", 3: b"bc", 4: b"a"}
+
+
+class _FakeTokenizer:
+    """Five tokens: 0 and 1 special (1 is EOS), 2 and 4 both spell "a"."""
+
+    vocab_size = 5
+
+    def is_special_token(self, i: int) -> bool:
+        return i in (0, 1)
+
+    def decode_bytes(self, ids: list[int]) -> bytes:
+        return b"".join(_FAKE_BYTES[i] for i in ids)
+
+
+def test_peer_vocabulary_blanks_special_tokens() -> None:
+    vocab = common.PeerVocabulary(_FakeTokenizer(), [1])
+    assert vocab.n_vocab == 5 and vocab.eos == (1,)
+    assert vocab.pieces() == [b"", b"", b"a", b"bc", b"a"]
+    assert vocab.pieces() is vocab.pieces()  # computed once
+    assert vocab.token_ids_by_bytes() == {b"a": [2, 4], b"bc": [3]}
+
+
+def test_peer_vocabulary_leaves_out_eos_in_outlines_table() -> None:
+    vocab = common.PeerVocabulary(_FakeTokenizer(), [3])  # an EOS that is not special
+    assert vocab.pieces()[3] == b"bc"  # xgrammar is given its bytes (EOS via stop_token_ids)
+    assert vocab.token_ids_by_bytes() == {b"a": [2, 4]}
 
 
 def test_summarize_us_converts_ns() -> None:
@@ -93,7 +124,7 @@ def test_report_aggregates_hand_computed() -> None:
 def test_trace_paths_agree_on_random_logits(gemma: Vocab) -> None:
     runtime = RandomLogitsRuntime(gemma.tokenizer, seed=7, eos_token_ids=gemma.eos_token_ids,
                                   bos_token_id=gemma.bos_token_id)
-    compiled = GrammarCompiler(gemma.tokenizer).compile(eb.COMPANY)
+    compiled = GrammarCompiler(gemma.tokenizer).compile(common.COMPANY)
     steps = eb.trace_steps(runtime, compiled, [2], max_tokens=60)
     assert steps
     assert sum(s.mismatch for s in steps) == 0

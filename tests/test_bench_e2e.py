@@ -191,10 +191,10 @@ def _drive(processor, tokenizer, eos, text: str) -> None:
 @pytest.mark.model
 def test_xgrammar_processor_on_strided_logits(gemma) -> None:
     pytest.importorskip("xgrammar")
+    from kaname.bench.common import CASES, PeerVocabulary
     from kaname.bench.e2e_engines import XGrammarDriver
-    from kaname.bench.engine_bench import CASES
 
-    driver = XGrammarDriver(None, gemma.tokenizer, gemma.eos_token_ids)
+    driver = XGrammarDriver(None, PeerVocabulary(gemma.tokenizer, gemma.eos_token_ids))
     compiled = driver.prepare(CASES[0])
     _drive(driver.processor(compiled), gemma.tokenizer, gemma.eos_token_ids, COMPANY_TEXT)
 
@@ -203,10 +203,10 @@ def test_xgrammar_processor_on_strided_logits(gemma) -> None:
 def test_outlines_processor_on_strided_logits(gemma) -> None:
     pytest.importorskip("outlines_core")
     pytest.importorskip("numba")
+    from kaname.bench.common import CASES, PeerVocabulary
     from kaname.bench.e2e_engines import OutlinesDriver
-    from kaname.bench.engine_bench import CASES
 
-    driver = OutlinesDriver(None, gemma.tokenizer, gemma.eos_token_ids)
+    driver = OutlinesDriver(None, PeerVocabulary(gemma.tokenizer, gemma.eos_token_ids))
     index = driver.prepare(CASES[0])
     _drive(driver.processor(index), gemma.tokenizer, gemma.eos_token_ids, COMPANY_TEXT)
 

@@ -150,3 +150,19 @@ def test_chat_random_model_every_format(fmt):
 ])
 def test_chat_bad_input(args, words):
     assert_bad_input(kaname("chat", "--model", "random", "--messages", MESSAGES, *args), *words)
+
+
+def test_parser_imports_no_benchmark():
+    """Building the parser (and parsing a bench command line) must not import the bench suites:
+    every `kaname` command would pay for them (numpy, the peers, the runtimes) at start-up."""
+    code = ("import sys, kaname.cli\n"
+            "p = kaname.cli.build_parser()\n"
+            "for argv in (['generate', 'x'], ['bench', 'engine', '--quick'],\n"
+            "             ['bench', 'toolcall', '--data', 'd', '--out', 'o'],\n"
+            "             ['bench', 'schemas', '--limit', '3'], ['bench', 'e2e', '--quick']):\n"
+            "    p.parse_args(argv)\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('kaname.bench.'))\n"
+            "assert not loaded, loaded\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr

@@ -267,6 +267,85 @@ def cmd_bench_e2e(args: argparse.Namespace) -> int:
     return e2e.main(args)
 
 
+# The bench suites' options are defined here, not in their modules, so that building the
+# parser imports no benchmark (their modules import the peers, numpy, the runtimes...): a suite
+# is imported when it runs. Names and defaults a suite shares with its options live in
+# `kaname.bench` (standard library only).
+
+
+def _bench_toolcall_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--endpoint", metavar="URL",
+                   help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 "
+                        "(POST URL/chat/completions)")
+    p.add_argument("--api-key", metavar="K", help="bearer token (default: $OPENAI_API_KEY)")
+    p.add_argument("--model", metavar="NAME", help="override each request's model")
+    p.add_argument("--data", required=True, metavar="FILE.jsonl",
+                   help="K2VV requests, one chat-completions request body per line")
+    p.add_argument("--reference", metavar="FILE.jsonl",
+                   help="reference results (data_index, finish_reason, response) for the "
+                        "trigger precision/recall/F1")
+    p.add_argument("--results", metavar="FILE.jsonl",
+                   help="score an existing results file instead of calling an endpoint")
+    p.add_argument("--concurrency", type=int, default=5, metavar="N",
+                   help="requests in flight (default 5)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N requests")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="override each max_tokens")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                   help="per-request limit in seconds, streaming included (default 600)")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="retries after a timeout, connection error, 408/409/429 or 5xx "
+                        "(default 0)")
+    p.add_argument("--stream", choices=["request", "on", "off"], default="request",
+                   help="stream as each request says (K2VV's requests do), always, or never")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="writes summary.json, report.md and results.jsonl here")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _bench_schemas_arguments(p: argparse.ArgumentParser) -> None:
+    from .bench import SCHEMAS_DATA, SCHEMAS_ENGINES, SCHEMAS_SEED, SCHEMAS_TOKENIZERS
+
+    p.add_argument("--data", metavar="FILE", default=None,
+                   help=f"MaskBench JSONL(.gz) (default: {SCHEMAS_DATA} if present)")
+    p.add_argument("--engines", default=",".join(SCHEMAS_ENGINES),
+                   help=f"comma-separated, from {','.join(SCHEMAS_ENGINES)} (default: all)")
+    p.add_argument("--tokenizer", choices=SCHEMAS_TOKENIZERS, default="gemma",
+                   help="vocabulary every engine uses (default: gemma, 262k, from the GGUF)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="a seeded sample of N schemas, stratified by subset")
+    p.add_argument("--subset", action="append", default=[], metavar="NAME",
+                   help="only this subset; repeat or comma-separate for several")
+    p.add_argument("--timeout", type=float, default=20.0, metavar="S",
+                   help="per-schema compile timeout per engine (default 20 s)")
+    p.add_argument("--check-timeout", type=float, default=120.0, metavar="S",
+                   help="per-schema timeout for walking its instances (default 120 s)")
+    p.add_argument("--llamacpp-samples", type=int, default=4, metavar="K",
+                   help="steps per schema on which llama.cpp's full-vocabulary grammar apply "
+                        "is timed (default 4)")
+    p.add_argument("--seed", type=int, default=SCHEMAS_SEED)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="write a PNG of the time distributions")
+
+
+def _bench_e2e_arguments(p: argparse.ArgumentParser) -> None:
+    from .bench import E2E_ENGINES, E2E_MAX_TOKENS, E2E_QUICK_MAX_TOKENS, E2E_QUICK_RUNS, E2E_RUNS
+
+    p.add_argument("--quick", action="store_true",
+                   help=f"one prompt, max_tokens {E2E_QUICK_MAX_TOKENS}, one run (a smoke run)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--engines", nargs="+", metavar="NAME",
+                   help=f"engines to run (comma or space separated; default all: "
+                        f"{', '.join(E2E_ENGINES)})")
+    p.add_argument("--runs", type=int, default=None,
+                   help=f"timed runs (default {E2E_RUNS}; --quick: {E2E_QUICK_RUNS})")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help=f"per generation (default {E2E_MAX_TOKENS}; --quick: "
+                        f"{E2E_QUICK_MAX_TOKENS})")
+    p.add_argument("--threads", type=int, default=None,
+                   help="llama.cpp threads for every engine (default $KANAME_THREADS, else all "
+                        "cores)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kaname", description="Constrained decoding: output valid by construction.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -359,21 +438,15 @@ def build_parser() -> argparse.ArgumentParser:
     be.set_defaults(func=cmd_bench)
     bt = bs.add_parser("toolcall", help="K2VV tool-call benchmark against an OpenAI-compatible "
                        "endpoint: schema accuracy and trigger F1")
-    from .bench import toolcall
-
-    toolcall.add_arguments(bt)
+    _bench_toolcall_arguments(bt)
     bt.set_defaults(func=cmd_bench_toolcall)
     bsc = bs.add_parser("schemas", help="JSONSchemaBench: kaname and peer engines on one "
                         "vocabulary (compile success, correctness, mask time)")
-    from .bench import schemas
-
-    schemas.add_arguments(bsc)
+    _bench_schemas_arguments(bsc)
     bsc.set_defaults(func=cmd_bench_schemas)
     bee = bs.add_parser("e2e", help="end to end on the embedded model: kaname vs llama.cpp "
                         "grammar, xgrammar, outlines, unconstrained (tok/s, validity, TTFT)")
-    from .bench import e2e
-
-    e2e.add_arguments(bee)
+    _bench_e2e_arguments(bee)
     bee.set_defaults(func=cmd_bench_e2e)
     return p
 

@@ -1,1 +1,22 @@
-"""Benchmarks: commands that print figures, peers measured in the same process."""
+"""Benchmarks: commands that print figures, peers measured in the same process.
+
+This package module holds only what `kaname`'s argument parser needs (engine names, defaults),
+standard library only, so that registering the `bench` subcommands imports no benchmark
+module. The suites, and what they share (`common`), are imported when a suite runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# `kaname bench schemas`
+SCHEMAS_ENGINES = ("kaname", "llguidance", "xgrammar", "outlines", "llamacpp")
+SCHEMAS_TOKENIZERS = ("gemma", "deepseek")
+SCHEMAS_DATA = Path("..") / "shared" / "data" / "jsonschemabench" / "maskbench.jsonl.gz"
+SCHEMAS_SEED = 20261129
+
+# `kaname bench e2e`
+E2E_ENGINES = ("kaname", "llamacpp_grammar", "xgrammar", "outlines", "unconstrained",
+               "kaname_unconstrained")
+E2E_MAX_TOKENS, E2E_RUNS = 256, 3  # a full run
+E2E_QUICK_MAX_TOKENS, E2E_QUICK_RUNS = 64, 1  # --quick

@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-ENGINES = ("kaname", "llamacpp_grammar", "xgrammar", "outlines", "unconstrained",
-           "kaname_unconstrained")
+from . import E2E_ENGINES as ENGINES
+from . import E2E_MAX_TOKENS, E2E_QUICK_MAX_TOKENS, E2E_QUICK_RUNS, E2E_RUNS
+from .common import CASES, first_line, machine, version_of
+
 CONSTRAINED = ("kaname", "llamacpp_grammar", "xgrammar", "outlines")
 BASELINE = {"kaname": "kaname_unconstrained", "llamacpp_grammar": "unconstrained",
             "xgrammar": "unconstrained", "outlines": "unconstrained"}
@@ -51,8 +53,9 @@ class Config:
     runs: int
 
 
-FULL = Config(("company", "invoice", "tool_call", "triage"), max_tokens=256, runs=3)
-QUICK = Config(("company",), max_tokens=64, runs=1)
+FULL = Config(("company", "invoice", "tool_call", "triage"), max_tokens=E2E_MAX_TOKENS,
+              runs=E2E_RUNS)
+QUICK = Config(("company",), max_tokens=E2E_QUICK_MAX_TOKENS, runs=E2E_QUICK_RUNS)
 
 # ---------------------------------------------------------------------------------------------
 # Pure helpers
@@ -163,9 +166,9 @@ def targets_met(engines: dict[str, dict[str, Any]], rat: dict[str, float | None]
                 ) -> dict[str, bool | None]:
     k = engines.get("kaname", {})
     k_over = k.get("overhead_us_per_token")
-    others = [e.get("overhead_us_per_token") for n, e in engines.items()
-              if n in CONSTRAINED and n != "kaname" and e.get("available")]
-    others = [o for o in others if o is not None]
+    others = [e["overhead_us_per_token"] for n, e in engines.items()
+              if n in CONSTRAINED and n != "kaname" and e.get("available")
+              and e.get("overhead_us_per_token") is not None]
     lowest = (k_over < min(others)) if k_over is not None and others else None
 
     def at_least(peer: str, bound: float) -> bool | None:
@@ -273,8 +276,6 @@ def rotate(names: Sequence[str], k: int) -> list[str]:
 
 def _timed(driver: Any, prepared: Any, case: Any, prompt: list[int], max_tokens: int,
            run: int) -> Record:
-    from .e2e_engines import _first_line
-
     driver.prime(prompt)
     gc.collect()
     gc.disable()  # a collection inside a timed generation is noise, whoever it hits
@@ -284,7 +285,7 @@ def _timed(driver: Any, prepared: Any, case: Any, prompt: list[int], max_tokens:
         g = driver.generate(prepared, case, prompt, max_tokens)
     except Exception as e:
         return Record(driver.name, case.name, run, 0, 0.0, None, "error", False, 0, None,
-                      error=_first_line(e))
+                      error=first_line(e))
     finally:
         gc.enable()
     valid = g.error is None and valid_output(g.text, case.schema, g.finish_reason)
@@ -300,8 +301,7 @@ class _Refused:
 def run(config: Config, names: Sequence[str], *, threads: int | None = None,
         quick: bool = False) -> dict[str, Any]:
     from ..runtimes.llamacpp import default_vocab
-    from .e2e_engines import _first_line, load_drivers, threads_default
-    from .engine_bench import CASES, machine
+    from .e2e_engines import load_drivers, threads_default
 
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load_before = os.getloadavg()[0]
@@ -319,7 +319,7 @@ def run(config: Config, names: Sequence[str], *, threads: int | None = None,
             try:
                 prepared[name, case.name] = drivers[name].prepare(case)
             except Exception as e:
-                prepared[name, case.name] = _Refused(f"the schema was refused: {_first_line(e)}")
+                prepared[name, case.name] = _Refused(f"the schema was refused: {first_line(e)}")
     print(f"kaname bench e2e: warm-up ({', '.join(order)})…", file=sys.stderr)
     for name in order:
         _timed(drivers[name], prepared[name, cases[0].name], cases[0], prompts[cases[0].name],
@@ -351,18 +351,13 @@ def run(config: Config, names: Sequence[str], *, threads: int | None = None,
         "threads": threads, "model": "Gemma 3 270M Q4_K_M (llama.cpp, CPU)",
         "sampling": "greedy (temperature 0)",
         "prompt_tokens": {n: len(p) for n, p in prompts.items()},
-        "llama_cpp_python": _version("llama-cpp-python"), "llguidance": _version("llguidance"),
+        "llama_cpp_python": version_of("llama-cpp-python"),
+        "llguidance": version_of("llguidance"),
     }
     data["machine"] = machine()
     data["run"] = {"started_utc": started, "timed_seconds": round(elapsed, 1),
                    "loadavg_1m": {"before": load_before, "after": os.getloadavg()[0]}}
     return data
-
-
-def _version(dist: str) -> str:
-    from .e2e_engines import _version as v
-
-    return v(dist)
 
 
 def _method(engines: dict[str, str]) -> dict[str, Any]:
@@ -478,23 +473,6 @@ def print_tables(data: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # CLI
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quick", action="store_true",
-                   help="one prompt, max_tokens 64, one run (a smoke run)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--engines", nargs="+", metavar="NAME",
-                   help=f"engines to run (comma or space separated; default all: "
-                        f"{', '.join(ENGINES)})")
-    p.add_argument("--runs", type=int, default=None,
-                   help=f"timed runs (default {FULL.runs}; --quick: {QUICK.runs})")
-    p.add_argument("--max-tokens", type=int, default=None,
-                   help=f"per generation (default {FULL.max_tokens}; --quick: "
-                        f"{QUICK.max_tokens})")
-    p.add_argument("--threads", type=int, default=None,
-                   help="llama.cpp threads for every engine (default $KANAME_THREADS, else all "
-                        "cores)")
 
 
 def main(args: argparse.Namespace) -> int:

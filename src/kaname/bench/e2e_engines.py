@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .engine_bench import Case
+from .common import Case, PeerVocabulary, first_line, version_of
 
 clock = time.perf_counter_ns
 
@@ -56,20 +56,6 @@ class Generation:
     error: str | None = None
 
 
-def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def threads_default() -> int:
     return int(os.environ.get("KANAME_THREADS") or os.cpu_count() or 1)
 
@@ -83,7 +69,7 @@ class KanameDriver:
         self.engine = engine
         self.constrained = constrained
         self.name = "kaname" if constrained else "kaname_unconstrained"
-        self.version = _version("kaname")
+        self.version = version_of("kaname")
         if constrained:
             self.method = ("Engine.generate(prompt ids, schema), greedy; constraint time = the "
                            "decode loop's constraint_ns (pick incl. its argmax over the logits, "
@@ -137,7 +123,7 @@ class SharedLlama:
             import llama_cpp
             from llama_cpp import Llama
         except Exception as e:
-            raise Unavailable(f"llama-cpp-python cannot be imported ({_first_line(e)})") from e
+            raise Unavailable(f"llama-cpp-python cannot be imported ({first_line(e)})") from e
         self.lc = llama_cpp
         # Context as kaname's runtime has it: same n_ctx / n_batch / threads, and flash attention
         # on (kaname leaves llama.cpp's default, "auto", which enables it on this CPU; the
@@ -199,7 +185,7 @@ class LlamaPyDriver:
         self.shared = shared
         self.grammar = grammar
         self.name = "llamacpp_grammar" if grammar else "unconstrained"
-        self.version = _version("llama-cpp-python")
+        self.version = version_of("llama-cpp-python")
         if grammar:
             from llama_cpp.llama_grammar import LlamaGrammar
 
@@ -231,13 +217,6 @@ class LlamaPyDriver:
 # Logits processors (xgrammar, outlines-core) on llama-cpp-python
 
 
-def vocab_pieces(tokenizer: Any) -> list[bytes]:
-    """Each token's bytes; b"" for special tokens (control tokens, placeholders, EOS), so the
-    byte-vocabulary engines never emit them inside JSON, as llguidance does not."""
-    return [b"" if tokenizer.is_special_token(i) else tokenizer.decode_bytes([i])
-            for i in range(int(tokenizer.vocab_size))]
-
-
 class _Processor:
     """Commits the tokens generated since its last call, then masks `scores`. Called by
     llama-cpp-python with (input ids so far, the logits of all candidates as a strided view)."""
@@ -261,7 +240,7 @@ class _Processor:
                 try:
                     self._commit(int(token))
                 except Exception as e:  # ctypes callbacks swallow exceptions: keep it
-                    self.error = _first_line(e)
+                    self.error = first_line(e)
                     break
         self.seen = n
         out = scores if self.error is not None else self._mask(scores)
@@ -293,19 +272,19 @@ class _XGrammarProcessor(_Processor):
 class XGrammarDriver:
     name = "xgrammar"
 
-    def __init__(self, shared: SharedLlama | None, tokenizer: Any, eos: Sequence[int]):
+    def __init__(self, shared: SharedLlama | None, vocab: PeerVocabulary) -> None:
         try:
             import numpy as np
             import torch
             import xgrammar as xgr
         except Exception as e:
-            raise Unavailable(f"xgrammar cannot be imported ({_first_line(e)}); "
+            raise Unavailable(f"xgrammar cannot be imported ({first_line(e)}); "
                               "pip install xgrammar (it needs torch)") from e
         self.shared, self.xgr, self.torch, self.np = shared, xgr, torch, np
-        self.version = _version("xgrammar")
-        self.n_vocab = shared.n_vocab if shared is not None else int(tokenizer.vocab_size)
-        info = xgr.TokenizerInfo(vocab_pieces(tokenizer), vocab_type=xgr.VocabType.RAW,
-                                 vocab_size=self.n_vocab, stop_token_ids=list(eos),
+        self.version = version_of("xgrammar")
+        self.n_vocab = shared.n_vocab if shared is not None else vocab.n_vocab
+        info = xgr.TokenizerInfo(vocab.pieces(), vocab_type=xgr.VocabType.RAW,
+                                 vocab_size=self.n_vocab, stop_token_ids=list(vocab.eos),
                                  add_prefix_space=False)
         self.compiler = xgr.GrammarCompiler(info, max_threads=1)
         torch.set_num_threads(1)  # llama.cpp has the cores; xgrammar's kernel is its own C++
@@ -355,27 +334,23 @@ class OutlinesDriver:
     name = "outlines"
     WHITESPACE = r"[ ]?"
 
-    def __init__(self, shared: SharedLlama | None, tokenizer: Any, eos: Sequence[int]):
+    def __init__(self, shared: SharedLlama | None, vocab: PeerVocabulary) -> None:
         try:
             import outlines_core as oc
             from outlines_core.json_schema import build_regex_from_schema
         except Exception as e:
-            raise Unavailable(f"outlines-core cannot be imported ({_first_line(e)}); "
+            raise Unavailable(f"outlines-core cannot be imported ({first_line(e)}); "
                               "pip install outlines-core") from e
         try:
             import outlines_core.kernels.numpy as kernels
         except Exception as e:
             raise Unavailable(f"outlines-core's numpy kernels cannot be imported "
-                              f"({_first_line(e)}); pip install numba") from e
+                              f"({first_line(e)}); pip install numba") from e
         self.shared, self.oc, self.kernels = shared, oc, kernels
         self.build_regex = build_regex_from_schema
-        self.version = _version("outlines-core")
-        self.n_vocab = shared.n_vocab if shared is not None else int(tokenizer.vocab_size)
-        table: dict[bytes, list[int]] = {}
-        for i, piece in enumerate(vocab_pieces(tokenizer)):
-            if piece and i not in eos:
-                table.setdefault(piece, []).append(i)
-        self.vocabulary = oc.Vocabulary(int(eos[0]), table)
+        self.version = version_of("outlines-core")
+        self.n_vocab = shared.n_vocab if shared is not None else vocab.n_vocab
+        self.vocabulary = oc.Vocabulary(vocab.eos[0], vocab.token_ids_by_bytes())
         self.method = ("Llama.create_completion(logits_processor=[outlines-core Guide]), greedy "
                        "(what outlines' llama.cpp model does); Index(build_regex_from_schema("
                        f"schema, whitespace_pattern={self.WHITESPACE!r})); per call: "
@@ -428,13 +403,13 @@ def load_drivers(names: Sequence[str], threads: int) -> tuple[dict[str, Any], di
             unavailable.update(dict.fromkeys(peers, str(e)))
         except Exception as e:
             unavailable.update(dict.fromkeys(
-                peers, f"llama-cpp-python's Llama could not load the model ({_first_line(e)})"))
-    tokenizer = eos = None
+                peers, f"llama-cpp-python's Llama could not load the model ({first_line(e)})"))
+    vocab: PeerVocabulary | None = None  # one byte table for xgrammar and outlines
     if {"xgrammar", "outlines"} & set(names):
         from ..runtimes.llamacpp import default_vocab
 
         v = default_vocab()
-        tokenizer, eos = v.tokenizer, tuple(v.eos_token_ids)
+        vocab = PeerVocabulary(v.tokenizer, v.eos_token_ids)
     for name in names:
         if name in unavailable:
             continue
@@ -446,13 +421,15 @@ def load_drivers(names: Sequence[str], threads: int) -> tuple[dict[str, Any], di
             elif name in ("llamacpp_grammar", "unconstrained"):
                 drivers[name] = LlamaPyDriver(shared, grammar=name == "llamacpp_grammar")
             elif name == "xgrammar":
-                drivers[name] = XGrammarDriver(shared, tokenizer, eos)  # type: ignore[arg-type]
+                assert vocab is not None
+                drivers[name] = XGrammarDriver(shared, vocab)
             elif name == "outlines":
-                drivers[name] = OutlinesDriver(shared, tokenizer, eos)  # type: ignore[arg-type]
+                assert vocab is not None
+                drivers[name] = OutlinesDriver(shared, vocab)
         except Unavailable as e:
             unavailable[name] = str(e)
         except Exception as e:
-            unavailable[name] = f"setup failed: {_first_line(e)}"
+            unavailable[name] = f"setup failed: {first_line(e)}"
     if shared is not None and engine is not None and shared.n_vocab != engine.runtime.n_vocab:
         raise RuntimeError("kaname's runtime and llama-cpp-python disagree on the vocabulary "
                            f"size ({engine.runtime.n_vocab} vs {shared.n_vocab})")

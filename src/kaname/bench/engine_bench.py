@@ -12,6 +12,8 @@
     The order of the two paths alternates per step so neither always finds warm caches.
 (b) Tokens/s end to end: Engine.generate with a JSON schema vs the same loop with no matcher
     (same prompt, same max_tokens), medians over repetitions.
+
+The workload, `common.CASES`, is shared with `kaname bench e2e`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import gc
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -40,110 +41,9 @@ from ..engine import Engine
 from ..errors import KanameError
 from ..grammar import CompiledConstraint
 from ..runtimes.base import Runtime
+from .common import CASES, Case, machine, percentile, version_of
 
 TARGETS = {"overhead_ratio_max": 0.5, "tps_ratio_min": 1.0}
-
-# ---------------------------------------------------------------------------------------------
-# Workload: small realistic schemas, with prompts that get the base model to answer in JSON.
-
-INVOICE = {
-    "type": "object",
-    "properties": {
-        "invoice_number": {"type": "string"},
-        "date": {"type": "string", "format": "date"},
-        "customer": {"type": "string"},
-        "currency": {"enum": ["USD", "EUR", "GBP", "JPY"]},
-        "items": {
-            "type": "array",
-            "minItems": 1,
-            "maxItems": 3,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "description": {"type": "string"},
-                    "quantity": {"type": "integer", "minimum": 1},
-                    "unit_price": {"type": "number", "minimum": 0},
-                },
-                "required": ["description", "quantity", "unit_price"],
-                "additionalProperties": False,
-            },
-        },
-        "total": {"type": "number", "minimum": 0},
-    },
-    "required": ["invoice_number", "date", "customer", "currency", "items", "total"],
-    "additionalProperties": False,
-}
-
-COMPANY = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "founded_year": {"type": "integer", "minimum": 1800, "maximum": 2030},
-        "location": {"type": "string"},
-        "employees": {"type": "integer", "minimum": 0},
-    },
-    "required": ["name", "founded_year", "location", "employees"],
-    "additionalProperties": False,
-}
-
-FLIGHT_ARGS = {
-    "type": "object",
-    "properties": {
-        "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
-        "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
-        "date": {"type": "string", "format": "date"},
-        "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
-        "cabin": {"enum": ["economy", "premium_economy", "business", "first"]},
-        "nonstop": {"type": "boolean"},
-    },
-    "required": ["origin", "destination", "date", "passengers", "cabin", "nonstop"],
-    "additionalProperties": False,
-}
-
-TRIAGE = {
-    "type": "object",
-    "properties": {
-        "category": {"enum": ["billing", "technical", "account", "shipping", "other"]},
-        "priority": {"enum": ["low", "medium", "high", "urgent"]},
-        "sentiment": {"enum": ["negative", "neutral", "positive"]},
-        "language": {"enum": ["en", "fr", "de", "es", "ja"]},
-        "needs_human": {"type": "boolean"},
-        "tags": {
-            "type": "array",
-            "maxItems": 3,
-            "items": {"enum": ["refund", "login", "delivery", "bug", "invoice", "cancellation",
-                               "upgrade"]},
-        },
-    },
-    "required": ["category", "priority", "sentiment", "language", "needs_human", "tags"],
-    "additionalProperties": False,
-}
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    schema: dict[str, Any]
-    prompt: str
-
-
-CASES: tuple[Case, ...] = (
-    Case("company", COMPANY,
-         "Acme Robotics was founded in 1998 in Osaka, Japan. The company builds warehouse "
-         "robots and today employs about 1,200 people.\n\nThe company as JSON: "),
-    Case("invoice", INVOICE,
-         "Invoice INV-2024-0457, dated 2024-03-15, billed to Blue Harbor Cafe.\n"
-         "- 3 x Espresso beans 1 kg at 24.50 EUR each\n"
-         "- 2 x Milk frother at 39.90 EUR each\n"
-         "- 1 x Descaling kit at 12.00 EUR\n"
-         "Total due: 165.30 EUR.\n\nThe invoice above as JSON:\n"),
-    Case("tool_call", FLIGHT_ARGS,
-         "User: Find me a nonstop business class flight from Boston (BOS) to Lisbon (LIS) on "
-         "2025-06-12 for two people.\nAssistant: calling search_flights with arguments "),
-    Case("triage", TRIAGE,
-         "Support ticket: \"I was charged twice for my subscription this month and nobody "
-         "answers my emails. I want a refund now!\"\n\nTriage of the ticket as JSON: "),
-)
 
 
 @dataclass(frozen=True)
@@ -158,19 +58,6 @@ FULL = Config(CASES, max_tokens=200, repetitions=3)
 
 # ---------------------------------------------------------------------------------------------
 # Pure helpers
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100), interpolating linearly between ranks (numpy's default)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 <= q <= 100:
-        raise ValueError("q must be in [0, 100]")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def summarize_us(ns: Sequence[int]) -> dict[str, float]:
@@ -352,19 +239,6 @@ def run_case(engine: Engine, case: Case, config: Config) -> CaseResult:
     return result
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        if names:
-            cpu = names[0]
-    except OSError:
-        pass
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores ({cpu}), "
-            f"CPU only, Python {platform.python_version()}")
-
-
 def _tps(runs: Sequence[Run]) -> float:
     return share(sum(r.tokens for r in runs), sum(r.seconds for r in runs))
 
@@ -444,8 +318,8 @@ def report(results: Sequence[CaseResult], config: Config, quick: bool) -> dict[s
         "cases": [_case_json(r) for r in results],
         "config": {"max_tokens": config.max_tokens, "repetitions": config.repetitions,
                    "model": "Gemma 3 270M Q4_K_M (llama.cpp)", "sampling": "greedy",
-                   "llguidance": _version("llguidance"),
-                   "llama_cpp_python": _version("llama-cpp-python")},
+                   "llguidance": version_of("llguidance"),
+                   "llama_cpp_python": version_of("llama-cpp-python")},
         "machine": machine(),
     }
 
@@ -466,15 +340,6 @@ def _case_json(r: CaseResult) -> dict[str, Any]:
         "runs": {"constrained": [asdict(x) for x in r.constrained],
                  "unconstrained": [asdict(x) for x in r.unconstrained]},
     }
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def print_tables(data: dict[str, Any]) -> None:

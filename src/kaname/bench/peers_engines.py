@@ -27,11 +27,11 @@ import gc
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-ENGINES = ("kaname", "llguidance", "xgrammar", "outlines", "llamacpp")
-TOKENIZERS = ("gemma", "deepseek")
+from . import SCHEMAS_ENGINES as ENGINES
+from . import SCHEMAS_TOKENIZERS as TOKENIZERS
+from .common import PeerVocabulary, first_line, version_of
 
 
 class Unavailable(Exception):
@@ -42,33 +42,19 @@ class Unavailable(Exception):
 # Vocabularies
 
 
-@dataclass
-class Vocabulary:
-    """One tokenizer as every engine sees it."""
+class Vocabulary(PeerVocabulary):
+    """One tokenizer as every engine sees it: the llguidance tokenizer, its byte table for
+    xgrammar and outlines-core (`pieces`), and llama.cpp's own vocabulary (Gemma GGUF only)."""
 
-    name: str
-    tokenizer: Any  # llguidance.LLTokenizer
-    eos: tuple[int, ...]
-    llama_vocab: Any = None  # llama.cpp's vocabulary (Gemma GGUF only)
-    _pieces: list[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def n_vocab(self) -> int:
-        return int(self.tokenizer.vocab_size)
+    def __init__(self, name: str, tokenizer: Any, eos: Sequence[int],
+                 llama_vocab: Any = None) -> None:
+        super().__init__(tokenizer, eos)
+        self.name = name
+        self.llama_vocab = llama_vocab
 
     def tokenize(self, text: str) -> list[int]:
         """Plain text to token ids, no BOS, special-token names left as text."""
         return list(self.tokenizer.tokenize_str(text))
-
-    def pieces(self) -> list[bytes]:
-        """Each token's bytes; b"" for special tokens (control tokens, placeholders, EOS), so
-        engines that take a byte vocabulary never emit them inside JSON, as llguidance does not.
-        """
-        if self._pieces is None:
-            tok = self.tokenizer
-            self._pieces = [b"" if tok.is_special_token(i) else tok.decode_bytes([i])
-                            for i in range(self.n_vocab)]
-        return self._pieces
 
 
 def load_vocabulary(name: str) -> Vocabulary:
@@ -97,12 +83,6 @@ def _bit(mask: Any, token: int) -> bool:
     return bool((int(mask[token >> 5]) >> (token & 31)) & 1)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().split("\n<state>")[0]
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
-
-
 # ---------------------------------------------------------------------------------------------
 # Adapters
 
@@ -120,15 +100,6 @@ class Adapter:
 
     def release(self, compiled: Any) -> None:
         """Free what `compile` made (native handles), after the schema's walks."""
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "unknown"
 
 
 class _LLGuidanceWalk(Adapter):
@@ -198,7 +169,7 @@ class LLGuidanceAdapter(_LLGuidanceWalk):
         import llguidance as llg
 
         self.llg = llg
-        self.version = _version("llguidance")
+        self.version = version_of("llguidance")
 
     def compile(self, schema_text: str, schema: Any) -> Any:
         llg = self.llg
@@ -222,10 +193,10 @@ class XGrammarAdapter(Adapter):
             import torch
             import xgrammar as xgr
         except Exception as e:
-            raise Unavailable(f"xgrammar cannot be imported ({_first_line(e)}); "
+            raise Unavailable(f"xgrammar cannot be imported ({first_line(e)}); "
                               "pip install xgrammar (it needs torch)") from e
         self.xgr, self.vocab = xgr, vocab
-        self.version = _version("xgrammar")
+        self.version = version_of("xgrammar")
         info = xgr.TokenizerInfo(vocab.pieces(), vocab_type=xgr.VocabType.RAW,
                                  vocab_size=vocab.n_vocab, stop_token_ids=list(vocab.eos),
                                  add_prefix_space=False)
@@ -271,16 +242,11 @@ class OutlinesAdapter(Adapter):
             import outlines_core as oc
             from outlines_core.json_schema import build_regex_from_schema
         except Exception as e:
-            raise Unavailable(f"outlines-core cannot be imported ({_first_line(e)}); "
+            raise Unavailable(f"outlines-core cannot be imported ({first_line(e)}); "
                               "pip install outlines-core") from e
         self.oc, self.build_regex = oc, build_regex_from_schema
-        self.version = _version("outlines-core")
-        eos = vocab.eos[0]
-        table: dict[bytes, list[int]] = {}
-        for i, piece in enumerate(vocab.pieces()):
-            if piece and i not in vocab.eos:
-                table.setdefault(piece, []).append(i)
-        self.vocabulary = oc.Vocabulary(eos, table)
+        self.version = version_of("outlines-core")
+        self.vocabulary = oc.Vocabulary(vocab.eos[0], vocab.token_ids_by_bytes())
         self.mask = np.zeros((vocab.n_vocab + 31) // 32, dtype=np.int32)
         self.ptr, self.numel = self.mask.ctypes.data, self.mask.size
 
@@ -326,10 +292,10 @@ class LlamaCppAdapter(Adapter):
             import numpy as np
             from llama_cpp.llama_grammar import json_schema_to_gbnf
         except Exception as e:
-            raise Unavailable(f"llama-cpp-python cannot be imported ({_first_line(e)})") from e
+            raise Unavailable(f"llama-cpp-python cannot be imported ({first_line(e)})") from e
         self.lc, self.np, self.to_gbnf = lc, np, json_schema_to_gbnf
         self.vocab, self.samples = vocab, samples
-        self.version = _version("llama-cpp-python")
+        self.version = version_of("llama-cpp-python")
         self.method = (f"json_schema_to_gbnf + llama_sampler_init_grammar; per token "
                        f"(on {samples} evenly spread steps per schema): llama_sampler_apply on "
                        "all candidates + llama_sampler_accept; every token judged with a "
@@ -421,7 +387,7 @@ def probe(engine: str, tokenizer: str) -> None:
         try:
             importlib.import_module(module)
         except Exception as e:
-            raise Unavailable(f"{module} cannot be imported ({_first_line(e)}); "
+            raise Unavailable(f"{module} cannot be imported ({first_line(e)}); "
                               f"{_INSTALL[engine]}") from e
 
 
@@ -458,7 +424,7 @@ def worker_main(conn: Any, engine: str, tokenizer: str, options: dict[str, Any])
         conn.send(("unavailable", str(e)))
         return
     except BaseException as e:
-        conn.send(("failed", _first_line(e)))
+        conn.send(("failed", first_line(e)))
         return
     conn.send(("ready", {"version": adapter.version, "method": adapter.method}))
     while True:
@@ -497,7 +463,7 @@ def run_schema(adapter: Adapter, schema_text: str, tests: Sequence[Sequence[int]
             compiled = adapter.compile(schema_text, schema)
             ns = time.perf_counter_ns() - t0
         except Exception as e:
-            return ("compile_error", _first_line(e))
+            return ("compile_error", first_line(e))
         send(("compiled", ns))
         results: list[tuple[bool, str | None]] = []
         steps: list[int] = []
@@ -506,7 +472,7 @@ def run_schema(adapter: Adapter, schema_text: str, tests: Sequence[Sequence[int]
                 try:
                     accepted, s = adapter.walk(compiled, tokens)
                 except Exception as e:  # an engine error mid-walk: the instance is rejected
-                    results.append((False, _first_line(e)))
+                    results.append((False, first_line(e)))
                     continue
                 results.append((accepted, None))
                 steps += s

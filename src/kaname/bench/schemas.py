@@ -33,12 +33,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .engine_bench import percentile
-from .peers_engines import ENGINES, TOKENIZERS
+from . import SCHEMAS_DATA as DEFAULT_DATA
+from . import SCHEMAS_ENGINES as ENGINES
+from . import SCHEMAS_SEED as SEED
+from .common import machine, percentile
 
 TARGETS = ("passing >= every peer", "invalid_accepted == 0", "mask p99 <= every peer")
-DEFAULT_DATA = Path("..") / "shared" / "data" / "jsonschemabench" / "maskbench.jsonl.gz"
-SEED = 20261129
 
 # ---------------------------------------------------------------------------------------------
 # Data
@@ -467,8 +467,6 @@ def report(result: RunResult) -> dict[str, Any]:
                 "compile_timeouts",
                 "mask_us_mean", "mask_us_p50", "mask_us_p99", "compile_ms_p50",
                 "compile_ms_p99")}
-    from .engine_bench import machine
-
     return {
         "engines": engines,
         "subsets": subsets,
@@ -592,29 +590,6 @@ def plot(result: RunResult, data: dict[str, Any], path: str | Path) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Command line
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", metavar="FILE", default=None,
-                   help=f"MaskBench JSONL(.gz) (default: {DEFAULT_DATA} if present)")
-    p.add_argument("--engines", default=",".join(ENGINES),
-                   help=f"comma-separated, from {','.join(ENGINES)} (default: all)")
-    p.add_argument("--tokenizer", choices=TOKENIZERS, default="gemma",
-                   help="vocabulary every engine uses (default: gemma, 262k, from the GGUF)")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="a seeded sample of N schemas, stratified by subset")
-    p.add_argument("--subset", action="append", default=[], metavar="NAME",
-                   help="only this subset; repeat or comma-separate for several")
-    p.add_argument("--timeout", type=float, default=20.0, metavar="S",
-                   help="per-schema compile timeout per engine (default 20 s)")
-    p.add_argument("--check-timeout", type=float, default=120.0, metavar="S",
-                   help="per-schema timeout for walking its instances (default 120 s)")
-    p.add_argument("--llamacpp-samples", type=int, default=4, metavar="K",
-                   help="steps per schema on which llama.cpp's full-vocabulary grammar apply "
-                        "is timed (default 4)")
-    p.add_argument("--seed", type=int, default=SEED)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", metavar="FILE.png", help="write a PNG of the time distributions")
 
 
 def config_from_args(args: argparse.Namespace) -> Config:

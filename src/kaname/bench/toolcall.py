@@ -474,35 +474,6 @@ def run_endpoint(requests: Sequence[tuple[int, dict[str, Any]]], config: Any,
     return records
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--endpoint", metavar="URL",
-                   help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 "
-                        "(POST URL/chat/completions)")
-    p.add_argument("--api-key", metavar="K", help="bearer token (default: $OPENAI_API_KEY)")
-    p.add_argument("--model", metavar="NAME", help="override each request's model")
-    p.add_argument("--data", required=True, metavar="FILE.jsonl",
-                   help="K2VV requests, one chat-completions request body per line")
-    p.add_argument("--reference", metavar="FILE.jsonl",
-                   help="reference results (data_index, finish_reason, response) for the "
-                        "trigger precision/recall/F1")
-    p.add_argument("--results", metavar="FILE.jsonl",
-                   help="score an existing results file instead of calling an endpoint")
-    p.add_argument("--concurrency", type=int, default=5, metavar="N",
-                   help="requests in flight (default 5)")
-    p.add_argument("--limit", type=int, metavar="N", help="only the first N requests")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="override each max_tokens")
-    p.add_argument("--timeout", type=float, default=600.0, metavar="S",
-                   help="per-request limit in seconds, streaming included (default 600)")
-    p.add_argument("--retries", type=int, default=0, metavar="N",
-                   help="retries after a timeout, connection error, 408/409/429 or 5xx "
-                        "(default 0)")
-    p.add_argument("--stream", choices=["request", "on", "off"], default="request",
-                   help="stream as each request says (K2VV's requests do), always, or never")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="writes summary.json, report.md and results.jsonl here")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-
-
 def cli_main(args: argparse.Namespace) -> int:
     """`kaname bench toolcall`; bad input raises ValueError (the CLI exits 2 with one line)."""
     from .toolcall_client import ClientConfig

@@ -1,0 +1,201 @@
+"""What the benchmarks share: the workload of `kaname bench engine` and `kaname bench e2e`
+(schemas with prompts), the statistics and machine description of every report, and the byte
+vocabulary the byte-vocabulary peers (xgrammar, outlines-core) are given.
+
+Standard library only, so any suite can import it at the top.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# ---------------------------------------------------------------------------------------------
+# Workload: small realistic schemas, with prompts that get the base model to answer in JSON.
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    schema: dict[str, Any]
+    prompt: str
+
+
+INVOICE = {
+    "type": "object",
+    "properties": {
+        "invoice_number": {"type": "string"},
+        "date": {"type": "string", "format": "date"},
+        "customer": {"type": "string"},
+        "currency": {"enum": ["USD", "EUR", "GBP", "JPY"]},
+        "items": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 3,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "description": {"type": "string"},
+                    "quantity": {"type": "integer", "minimum": 1},
+                    "unit_price": {"type": "number", "minimum": 0},
+                },
+                "required": ["description", "quantity", "unit_price"],
+                "additionalProperties": False,
+            },
+        },
+        "total": {"type": "number", "minimum": 0},
+    },
+    "required": ["invoice_number", "date", "customer", "currency", "items", "total"],
+    "additionalProperties": False,
+}
+
+COMPANY = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "founded_year": {"type": "integer", "minimum": 1800, "maximum": 2030},
+        "location": {"type": "string"},
+        "employees": {"type": "integer", "minimum": 0},
+    },
+    "required": ["name", "founded_year", "location", "employees"],
+    "additionalProperties": False,
+}
+
+FLIGHT_ARGS = {
+    "type": "object",
+    "properties": {
+        "origin": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "destination": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "date": {"type": "string", "format": "date"},
+        "passengers": {"type": "integer", "minimum": 1, "maximum": 9},
+        "cabin": {"enum": ["economy", "premium_economy", "business", "first"]},
+        "nonstop": {"type": "boolean"},
+    },
+    "required": ["origin", "destination", "date", "passengers", "cabin", "nonstop"],
+    "additionalProperties": False,
+}
+
+TRIAGE = {
+    "type": "object",
+    "properties": {
+        "category": {"enum": ["billing", "technical", "account", "shipping", "other"]},
+        "priority": {"enum": ["low", "medium", "high", "urgent"]},
+        "sentiment": {"enum": ["negative", "neutral", "positive"]},
+        "language": {"enum": ["en", "fr", "de", "es", "ja"]},
+        "needs_human": {"type": "boolean"},
+        "tags": {
+            "type": "array",
+            "maxItems": 3,
+            "items": {"enum": ["refund", "login", "delivery", "bug", "invoice", "cancellation",
+                               "upgrade"]},
+        },
+    },
+    "required": ["category", "priority", "sentiment", "language", "needs_human", "tags"],
+    "additionalProperties": False,
+}
+
+
+CASES: tuple[Case, ...] = (
+    Case("company", COMPANY,
+         "Acme Robotics was founded in 1998 in Osaka, Japan. The company builds warehouse "
+         "robots and today employs about 1,200 people.\n\nThe company as JSON: "),
+    Case("invoice", INVOICE,
+         "Invoice INV-2024-0457, dated 2024-03-15, billed to Blue Harbor Cafe.\n"
+         "- 3 x Espresso beans 1 kg at 24.50 EUR each\n"
+         "- 2 x Milk frother at 39.90 EUR each\n"
+         "- 1 x Descaling kit at 12.00 EUR\n"
+         "Total due: 165.30 EUR.\n\nThe invoice above as JSON:\n"),
+    Case("tool_call", FLIGHT_ARGS,
+         "User: Find me a nonstop business class flight from Boston (BOS) to Lisbon (LIS) on "
+         "2025-06-12 for two people.\nAssistant: calling search_flights with arguments "),
+    Case("triage", TRIAGE,
+         "Support ticket: \"I was charged twice for my subscription this month and nobody "
+         "answers my emails. I want a refund now!\"\n\nTriage of the ticket as JSON: "),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), interpolating linearly between ranks (numpy's default)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0 <= q <= 100:
+        raise ValueError("q must be in [0, 100]")
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        if names:
+            cpu = names[0]
+    except OSError:
+        pass
+    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores ({cpu}), "
+            f"CPU only, Python {platform.python_version()}")
+
+
+def version_of(dist: str) -> str:
+    """The installed version of distribution `dist`, or "unknown"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def first_line(e: BaseException) -> str:
+    """`Type: first non-empty line of the message`, at most 300 characters, for a report (a
+    peer's error can run to pages, llguidance's with its parser state after the message)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+# ---------------------------------------------------------------------------------------------
+# The peers' byte vocabulary
+
+
+class PeerVocabulary:
+    """A tokenizer as the byte-vocabulary peers (xgrammar, outlines-core) are given it: each
+    token id's bytes, with special tokens (control tokens, placeholders, EOS) as b"", so those
+    engines never emit them inside JSON, as llguidance does not."""
+
+    def __init__(self, tokenizer: Any, eos: Sequence[int]) -> None:
+        self.tokenizer = tokenizer  # llguidance.LLTokenizer
+        self.eos: tuple[int, ...] = tuple(int(e) for e in eos)
+        self._pieces: list[bytes] | None = None
+
+    @property
+    def n_vocab(self) -> int:
+        return int(self.tokenizer.vocab_size)
+
+    def pieces(self) -> list[bytes]:
+        """Token id -> bytes (b"" for a special token), computed once."""
+        if self._pieces is None:
+            tok = self.tokenizer
+            self._pieces = [b"" if tok.is_special_token(i) else tok.decode_bytes([i])
+                            for i in range(self.n_vocab)]
+        return self._pieces
+
+    def token_ids_by_bytes(self) -> dict[bytes, list[int]]:
+        """outlines-core's vocabulary: bytes -> the token ids spelling them, special tokens and
+        EOS left out (outlines-core takes EOS apart)."""
+        table: dict[bytes, list[int]] = {}
+        for i, piece in enumerate(self.pieces()):
+            if piece and i not in self.eos:
+                table.setdefault(piece, []).append(i)
+        return table
