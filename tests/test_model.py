@@ -39,7 +39,9 @@ def test_seed_example(engine):
     assert r.finish_reason == "stop" and r.valid is True
     assert r.usage.forced_tokens > 0
     assert r.parsed["founded_year"] == 2011 and r.parsed["employees"] == 120
-    assert r.enforced.strict is True and r.enforced.not_enforced == []
+    # a response_format without `strict` is lenient, as OpenAI's: enforced where it can be,
+    # and this schema has nothing that cannot be
+    assert r.enforced.strict is False and r.enforced.not_enforced == []
 
 
 def test_invoice_runaway_is_bounded(engine):

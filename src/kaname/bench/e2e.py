@@ -181,7 +181,7 @@ def targets_met(engines: dict[str, dict[str, Any]], rat: dict[str, float | None]
             "llamacpp_grammar", TARGETS["tps_ratio_vs_llamacpp_grammar_min"]),  # type: ignore[arg-type]
         "tps_ratio_vs_outlines": at_least("outlines", TARGETS["tps_ratio_vs_outlines_min"]),  # type: ignore[arg-type]
         "kaname_valid_pct": (None if k.get("valid_pct") is None
-                             else k["valid_pct"] >= TARGETS["kaname_valid_pct"]),  # type: ignore[operator]
+                             else k["valid_pct"] >= TARGETS["kaname_valid_pct"]),
     }
 
 

@@ -62,7 +62,8 @@ def _ts_type(schema: Any, indent: str = "") -> str:
             + nullable
     simple = {"string": "string", "number": "number", "integer": "number",
               "boolean": "boolean", "null": "null"}
-    return simple.get(t, "any") + (nullable if t in simple else "")
+    name = simple.get(t) if isinstance(t, str) else None
+    return "any" if name is None else name + nullable
 
 
 def _fields(props: Mapping[str, Any], required: Sequence[str], indent: str = "") -> str:

@@ -59,7 +59,7 @@ def _compile(template: str) -> Any:
         """`{% generation %}…{% endgeneration %}` marks assistant text for training masks;
         rendering keeps the body."""
 
-        tags = frozenset({"generation"})
+        tags = {"generation"}  # noqa: RUF012 - jinja2 types it as a plain set[str]
 
         def parse(self, parser: Any) -> Any:
             lineno = next(parser.stream).lineno

@@ -292,13 +292,13 @@ def _schema_error(message: str, schema: Any) -> ConstraintError:
             keyword="format", pointer=pointer)
     if "does not exist" in message and "Pointer" in message:
         return InvalidSchemaError(f"schema has a dangling $ref: {message}", keyword="$ref",
-                                  pointer=(keyword_pointers(schema, "$ref") or [None])[0])
+                                  pointer=_first(keyword_pointers(schema, "$ref")))
     if any(k in message for k in _TOO_COMPLEX):
         return GrammarTooComplexError(f"schema is too costly to compile: {message}")
     for needle, keyword in _LIMITATIONS:
         if needle in message:
             pointer = (where.group(1) + "/" + keyword if where else
-                       (keyword_pointers(schema, keyword) or [None])[0])
+                       _first(keyword_pointers(schema, keyword)))
             return UnsupportedSchemaError(
                 f"'{keyword}' at '{pointer}' cannot be enforced: {message}; "
                 "simplify it or set strict=false", keyword=keyword, pointer=pointer)
@@ -306,6 +306,10 @@ def _schema_error(message: str, schema: Any) -> ConstraintError:
     at = f" (at '{where.group(1)}')" if where else ""
     return UnsupportedSchemaError(f"schema cannot be enforced{at}: {message}",
                                   pointer=where.group(1) if where else None)
+
+
+def _first(pointers: list[str]) -> str | None:
+    return pointers[0] if pointers else None
 
 
 def _not_enforced(messages: list[str], schema: Any) -> list[NotEnforced]:

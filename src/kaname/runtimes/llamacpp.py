@@ -66,7 +66,7 @@ def build_tokenizer(vocab: lc.llama_vocab_p) -> llg.LLTokenizer:
         size = lc.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
         if size < 0:
             raise ModelError(f"token {token} does not fit a {len(buf)}-byte buffer")
-        piece = bytes(buf[:size])
+        piece = buf.raw[:size]
         attr = lc.llama_vocab_get_attr(vocab, token)
         if attr & _SPECIAL_ATTRS or (attr & lc.LLAMA_TOKEN_ATTR_USER_DEFINED
                                      and _is_placeholder(piece)):

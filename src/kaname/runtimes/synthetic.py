@@ -36,7 +36,10 @@ def synthetic_tokenizer_json(special_tokens: tuple[str, ...], vocab_size: int = 
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(_CORPUS * 20, trainer)
-    return tok.to_str(), tok.token_to_id("<eos>")
+    eos = tok.token_to_id("<eos>")
+    if eos is None:  # pragma: no cover - "<eos>" is the trainer's first special token
+        raise RuntimeError("the synthetic vocabulary lost its <eos> token")
+    return tok.to_str(), eos
 
 
 @functools.lru_cache(maxsize=32)

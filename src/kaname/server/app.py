@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import asdict
 from typing import Any
@@ -282,7 +282,7 @@ def _count(metrics: Metrics, gen: Generated) -> None:
     metrics.tokens.labels("completion").inc(gen.completion_tokens)
 
 
-async def _generate_streamed(call: _Call) -> AsyncIterator[str | Generated]:
+async def _generate_streamed(call: _Call) -> AsyncGenerator[str | Generated, None]:
     """Text pieces as they come, then the Generated result; the generation's error on
     failure."""
     queue: asyncio.Queue[str | None] = asyncio.Queue()
@@ -300,7 +300,7 @@ async def _generate_streamed(call: _Call) -> AsyncIterator[str | Generated]:
 async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: str,
                        id_prefix: str, include_usage: bool, ext: dict[str, Any],
                        metrics: Metrics, content_check: CompiledConstraint | None
-                       ) -> AsyncIterator[dict[str, Any]]:
+                       ) -> AsyncGenerator[dict[str, Any], None]:
     created = int(time.time())
 
     def chunk(delta: dict[str, Any], finish: str | None = None,
@@ -352,7 +352,7 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
 
 
 async def _stream_completion(call: _Call, response_id: str, model: str, include_usage: bool,
-                             metrics: Metrics) -> AsyncIterator[dict[str, Any]]:
+                             metrics: Metrics) -> AsyncGenerator[dict[str, Any], None]:
     created = int(time.time())
 
     def chunk(text: str, finish: str | None = None) -> dict[str, Any]:

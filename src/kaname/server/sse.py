@@ -7,7 +7,7 @@ OpenAI-shaped error event (through the same table as every other error), then `[
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -24,10 +24,10 @@ def event(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
-async def framed(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+async def framed(events: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[str, None]:
     """`events` as SSE lines; an exception ends them with its error event; always `[DONE]`."""
     try:
-        async with aclosing(events):  # type: ignore[type-var]
+        async with aclosing(events):
             async for obj in events:
                 yield event(obj)
     except Exception as e:  # headers are sent: the error goes in the stream
@@ -40,7 +40,7 @@ class EventStream(StreamingResponse):
     cancelled even when the response was cut while sending) and frees a slot the generation
     never took."""
 
-    def __init__(self, events: AsyncIterator[dict[str, Any]], slot: Slot):
+    def __init__(self, events: AsyncGenerator[dict[str, Any], None], slot: Slot):
         self._lines = framed(events)
         super().__init__(self._lines, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache"})
@@ -51,6 +51,6 @@ class EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             with anyio.CancelScope(shield=True):
-                await self._lines.aclose()  # type: ignore[attr-defined]
+                await self._lines.aclose()
             if not self._slot.taken:
                 self._slot.release()

@@ -93,7 +93,8 @@ class UpstreamBackend:
         if params.stop:
             body["stop"] = params.stop
         replay = Replay(compiled, self.tokenizer)
-        text, finish, usage = "", None, {}
+        text, finish = "", None
+        usage: dict[str, Any] = {}
         unenforced: str | None = None
         async with self._client.stream("POST", f"{self.url}/completions", json=body) as r:
             if r.status_code != 200:
