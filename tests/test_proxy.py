@@ -4,7 +4,6 @@ OpenAI's error shape without leaking a generation slot."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import time
@@ -15,7 +14,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from conftest import MASKBENCH
+from conftest import MASKBENCH, VENDORED, read_rows
 from fake_upstreams import OK_TEXT, UNENFORCED_TEXT, FakeUpstream
 from serverproc import ServerProcess, free_port
 
@@ -81,22 +80,17 @@ def tool_pool() -> dict[str, dict[str, Any]]:
     tok, _ = synthetic_tokenizer(get_format("qwen3").special_tokens)
     compiler = GrammarCompiler(tok)
     pool = dict(HANDMADE_TOOLS)
-    if MASKBENCH.is_file():
-        glaive = []
-        with gzip.open(MASKBENCH, "rt") as f:
-            for line in f:
-                row = json.loads(line)
-                schema = row["schema"]
-                if row["subset"] == "Glaiveai2K" and isinstance(schema, dict) \
-                        and schema.get("type") == "object":
-                    glaive.append(schema)
-        rng = random.Random(4)
-        for schema in rng.sample(glaive, 30):
-            if len(pool) >= len(HANDMADE_TOOLS) + 12:
-                break
-            name = f"glaive_{len(pool) - len(HANDMADE_TOOLS)}"
-            if _compiles(tok, compiler, name, schema):
-                pool[name] = schema
+    # the full set where ../shared/data is present, else the sample vendored in tests/data
+    glaive = [row["schema"] for row in read_rows(MASKBENCH if MASKBENCH.is_file() else VENDORED)
+              if row["subset"] == "Glaiveai2K" and isinstance(row["schema"], dict)
+              and row["schema"].get("type") == "object"]
+    rng = random.Random(4)
+    for schema in rng.sample(glaive, min(30, len(glaive))):
+        if len(pool) >= len(HANDMADE_TOOLS) + 12:
+            break
+        name = f"glaive_{len(pool) - len(HANDMADE_TOOLS)}"
+        if _compiles(tok, compiler, name, schema):
+            pool[name] = schema
     assert all(_compiles(tok, compiler, n, HANDMADE_TOOLS[n]) for n in HANDMADE_TOOLS)
     return pool
 

@@ -1,8 +1,9 @@
 """The strongest evidence: any model is valid under the constraint.
 
 Seeded random logits over the real Gemma vocabulary drive generation for a fixed sample of
-JSONSchemaBench schemas: every output that ends with "stop" must pass jsonschema; an output cut
-by max_tokens must never be reported valid.
+JSONSchemaBench schemas (350 from ../shared/data, or the 114 vendored in tests/data where that is
+absent): every output that ends with "stop" must pass jsonschema; an output cut by max_tokens
+must never be reported valid.
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ SEEDS = (0, 1, 2)
 MAX_TOKENS = 384
 
 
-def test_random_logits_outputs_validate(random_runtime, schema_sample, compiled_sample):
-    assert len(schema_sample) >= 300
+def test_random_logits_outputs_validate(random_runtime, sample_name, schema_sample,
+                                        compiled_sample):
+    # shared-350 or vendored-114; anything much smaller is not the evidence this test claims
+    assert len(schema_sample) >= 100, sample_name
     compiled, errors = compiled_sample
-    print(f"\ncompiled {len(compiled)}/{len(schema_sample)} schemas; compile errors by keyword:",
+    assert len(compiled) >= 60, sample_name
+    print(f"\n{sample_name}: compiled {len(compiled)}/{len(schema_sample)} schemas; "
+          "compile errors by keyword:",
           dict(errors.most_common()))
     outcomes: Counter[str] = Counter()
     invalid = []
