@@ -125,6 +125,7 @@ def test_upstream_gets_the_local_grammar(kind, upstream, recorder, proxy, compil
     assert via_proxy.status_code == 200, via_proxy.text
     sent = recorder.requests[-1]
     assert sent["structured_outputs"]["grammar"] == local.grammar
+    assert sent["return_token_ids"] is True  # the replay checks the upstream's own tokens
     direct = httpx.post(upstream.url + "/v1/completions", json=body, timeout=120).json()
     # both paths compiled the same grammar, and the upstream enforced it
     assert via_proxy.json()["kaname"]["grammar_hash"] == local.grammar_hash
@@ -149,6 +150,26 @@ def test_chat_turn_grammar_is_sent_as_built(recorder, proxy, compiler):
                         tools=tools, response_format={"type": "json_object"}, reasoning="on")
     assert recorder.requests[-1]["structured_outputs"]["grammar"] == turn.grammar
     assert recorder.requests[-1]["prompt"] == turn.prompt_without_bos
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_token_ids(upstream, compiler, stream):
+    """vLLM's `return_token_ids`: the ids of the generated tokens, which decode to the text."""
+    body = {"model": "random", "prompt": "go", "max_tokens": 30, "stream": stream,
+            "return_token_ids": True, **REQUESTS["regex"]}
+    r = httpx.post(upstream.url + "/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    if stream:
+        chunks = [json.loads(b[len("data: "):]) for b in r.text.split("\n\n")
+                  if b.startswith("data: {")]
+        choices = [c["choices"][0] for c in chunks if c["choices"]]
+        text = "".join(c["text"] for c in choices)
+        ids = [i for c in choices for i in c["token_ids"]]
+    else:
+        [choice] = r.json()["choices"]
+        text, ids = choice["text"], choice["token_ids"]
+    assert ids and compiler.tokenizer.decode_str(ids) == text
+    _check_text("regex", text)
 
 
 @pytest.fixture(scope="module")

@@ -50,6 +50,7 @@ class GenerationResult:
     stats: dict[str, int] = field(default_factory=dict)
     # ns spent on the constraint per sampled token (model excluded): for metrics
     constraint_ns: list[int] = field(default_factory=list, repr=False)
+    tokens: list[int] = field(default_factory=list, repr=False)  # the generated token ids
 
     @property
     def complete(self) -> bool:
@@ -150,6 +151,7 @@ def _result(d: Decoded, c: CompiledConstraint, prompt_tokens: int,
         stats={"lazy_hits": d.stats.lazy_hits, "full_masks": d.stats.full_masks,
                "sparse_masks": d.stats.sparse_masks},
         constraint_ns=d.constraint_ns,
+        tokens=d.tokens,
     )
 
 

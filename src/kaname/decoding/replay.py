@@ -1,10 +1,16 @@
 """Checking text that was generated elsewhere (an upstream server) against a grammar.
 
-The upstream was sent the same Lark grammar this matcher was built from; replaying its text
-token by token is the independent proof that it enforced it.
+The upstream was sent the same Lark grammar this matcher was built from; replaying its output
+token by token is the independent proof that it enforced it. Where the upstream returns the
+token ids it generated (vLLM's `return_token_ids`), those very tokens are replayed: exact.
+Otherwise its text is tokenized again, which is the same language but not always the same
+tokens (text that is not valid UTF-8 comes back as U+FFFD, a budget in tokens counts other
+tokens), so token ids are asked for wherever the upstream has them.
 """
 
 from __future__ import annotations
+
+import codecs
 
 import llguidance as llg
 
@@ -13,9 +19,13 @@ from ..grammar import CompiledConstraint
 
 
 class Replay:
-    """Replays upstream text through kaname's own matcher as it streams: only text the grammar
-    accepts is passed on. The last token of the text so far is held back, since more text may
-    merge into it; a changed tokenization is handled by rolling the matcher back."""
+    """Replays upstream output through kaname's own matcher as it streams: only text the
+    grammar accepts is passed on.
+
+    `feed_tokens`: the upstream's token ids, consumed as they are; the text passed on is their
+    decoding. `feed`: text only; the last token of the text so far is held back, since more
+    text may merge into it, and a changed tokenization rolls the matcher back. One replay uses
+    one of the two."""
 
     def __init__(self, compiled: CompiledConstraint, tokenizer: llg.LLTokenizer):
         self.compiled = compiled
@@ -24,6 +34,24 @@ class Replay:
         self.text = ""
         self.tokens: list[int] = []
         self.sent = 0
+        self.exact = False  # fed token ids
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed_tokens(self, ids: list[int]) -> str:
+        """Accept the upstream's next tokens; return the text they add."""
+        self.exact = True
+        if ids and not self.m.consume_tokens(ids):
+            raise NotEnforcedError(f"the upstream's tokens leave the grammar at "
+                                   f"{self.tok.decode_str(ids)[:60]!r}: "
+                                   f"{self.m.get_error() or 'token not allowed'}")
+        self.tokens += ids
+        self.text += self._decoder.decode(self.tok.decode_bytes(ids))
+        return self._take()
+
+    def _take(self) -> str:
+        out = self.text[self.sent:]
+        self.sent = len(self.text)
+        return out
 
     def _advance(self, target: list[int]) -> None:
         common = 0
@@ -45,7 +73,7 @@ class Replay:
         self.tokens = list(target)
 
     def feed(self, chunk: str) -> str:
-        """Accept a chunk; return the newly validated text."""
+        """Accept a chunk of text; return the newly validated text."""
         self.text += chunk
         toks = self.tok.tokenize_str(self.text, parse_special=True)
         self._advance(toks[:-1])
@@ -57,7 +85,10 @@ class Replay:
         return out
 
     def finish(self, finish_reason: str, end_marker: str) -> str:
-        self._advance(self.tok.tokenize_str(self.text, parse_special=True))
+        if self.exact:
+            self.text += self._decoder.decode(b"", final=True)
+        else:
+            self._advance(self.tok.tokenize_str(self.text, parse_special=True))
         if finish_reason == "stop" and not self.m.is_accepting():
             # Engines do not echo the end-of-sequence token they stopped at: the turn's end
             # marker may be missing from the text.
@@ -65,6 +96,4 @@ class Replay:
             if not end or not self.m.consume_tokens(end) or not self.m.is_accepting():
                 raise NotEnforcedError("the upstream stopped before the grammar was complete")
             self.text += end_marker
-        out = self.text[self.sent:]
-        self.sent = len(self.text)
-        return out
+        return self._take()

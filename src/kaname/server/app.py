@@ -161,14 +161,16 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             call.slot = await backend.admit()
             return EventStream(_stream_completion(call, response_id, backend.model_id,
-                                                  include_usage, metrics), call.slot)
+                                                  include_usage, req.return_token_ids,
+                                                  metrics), call.slot)
         gen = await _run_watching(request, call)
         _count(metrics, gen)
         return JSONResponse({
             "id": response_id, "object": "text_completion", "created": int(time.time()),
             "model": backend.model_id,
             "choices": [{"index": 0, "text": gen.text, "finish_reason": gen.finish_reason,
-                         "logprobs": None}],
+                         "logprobs": None,
+                         **({"token_ids": gen.token_ids} if req.return_token_ids else {})}],
             "usage": _usage(gen), "kaname": {**ext, "enforced": gen.enforced}})
 
     return app
@@ -282,11 +284,12 @@ def _count(metrics: Metrics, gen: Generated) -> None:
     metrics.tokens.labels("completion").inc(gen.completion_tokens)
 
 
-async def _generate_streamed(call: _Call) -> AsyncGenerator[str | Generated, None]:
-    """Text pieces as they come, then the Generated result; the generation's error on
-    failure."""
-    queue: asyncio.Queue[str | None] = asyncio.Queue()
-    task = asyncio.create_task(call.run(queue.put_nowait))
+async def _generate_streamed(call: _Call
+                             ) -> AsyncGenerator[tuple[str, list[int]] | Generated, None]:
+    """(text, token ids) pieces as they come, then the Generated result; the generation's
+    error on failure."""
+    queue: asyncio.Queue[tuple[str, list[int]] | None] = asyncio.Queue()
+    task = asyncio.create_task(call.run(lambda text, ids: queue.put_nowait((text, ids))))
     task.add_done_callback(lambda _: queue.put_nowait(None))
     try:
         while (piece := await queue.get()) is not None:
@@ -318,7 +321,7 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
             if isinstance(item, Generated):
                 gen = item
                 break
-            for delta in parser.feed(item):
+            for delta in parser.feed(item[0]):
                 yield chunk(delta)
     if gen is None:  # pragma: no cover - _generate_streamed ends with the result or raises
         raise RuntimeError("generation ended without a result")
@@ -352,13 +355,18 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
 
 
 async def _stream_completion(call: _Call, response_id: str, model: str, include_usage: bool,
-                             metrics: Metrics) -> AsyncGenerator[dict[str, Any], None]:
+                             token_ids: bool, metrics: Metrics
+                             ) -> AsyncGenerator[dict[str, Any], None]:
     created = int(time.time())
 
-    def chunk(text: str, finish: str | None = None) -> dict[str, Any]:
+    def chunk(text: str, finish: str | None = None, ids: list[int] | None = None
+              ) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": finish,
+                                  "logprobs": None}
+        if token_ids:
+            choice["token_ids"] = ids or []
         return {"id": response_id, "object": "text_completion", "created": created,
-                "model": model, "choices": [{"index": 0, "text": text,
-                                             "finish_reason": finish, "logprobs": None}]}
+                "model": model, "choices": [choice]}
 
     sent = 0
     async with aclosing(_generate_streamed(call)) as items:
@@ -373,5 +381,5 @@ async def _stream_completion(call: _Call, response_id: str, model: str, include_
                            "created": created, "model": model, "choices": [],
                            "usage": _usage(item)}
                 return
-            sent += len(item)
-            yield chunk(item)
+            sent += len(item[0])
+            yield chunk(item[0], ids=item[1])

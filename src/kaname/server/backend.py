@@ -16,7 +16,10 @@ import llguidance as llg
 from ..grammar import CompiledConstraint, GrammarCompiler
 from .admission import Slot
 
-TextSink = Callable[[str], None]
+# (text, the token ids it was decoded from): ids are empty where they are not known (upstream
+# text checked by tokenizing it again), and may arrive before their text (a partial UTF-8
+# character), which then comes with later ids
+TextSink = Callable[[str, list[int]], None]
 
 
 @dataclass
@@ -38,6 +41,7 @@ class Generated:
     # the caller decides whether it may be returned (allow_unenforced) or is a 502.
     enforced: bool = True
     not_enforced_reason: str | None = None
+    token_ids: list[int] | None = None  # the generated tokens, where known
 
 
 class Backend(Protocol):

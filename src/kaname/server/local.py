@@ -97,7 +97,7 @@ class LocalBackend:
         self.metrics.observe_constraint_ns(result.constraint_ns)
         self.metrics.tokens.labels("forced").inc(result.usage.forced_tokens)
         return Generated(result.text, result.finish_reason, result.usage.prompt_tokens,
-                         result.usage.completion_tokens)
+                         result.usage.completion_tokens, token_ids=result.tokens)
 
     async def aclose(self) -> None:
         """On shutdown (after uvicorn's grace period): stop what still runs at its next
@@ -119,16 +119,19 @@ class _TextStream:
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text = ""
         self.sent = 0
+        self.pending: list[int] = []  # ids whose text is not sent yet
 
     def push(self, ids: list[int]) -> None:
         if self.sink is None:
             return
+        self.pending += ids
         self.text += self.decoder.decode(self.tok.decode_bytes(ids))
         upto = len(self.text) - self.hold
         if upto > self.sent:
-            self.loop.call_soon_threadsafe(self.sink, self.text[self.sent:upto])
-            self.sent = upto
+            self.loop.call_soon_threadsafe(self.sink, self.text[self.sent:upto], self.pending)
+            self.sent, self.pending = upto, []
 
     def flush(self, final: str) -> None:
-        if self.sink is not None and len(final) > self.sent:
-            self.sink(final[self.sent:])
+        """The rest of the final text (a stop string may have cut it) and of the ids."""
+        if self.sink is not None and (len(final) > self.sent or self.pending):
+            self.sink(final[self.sent:], self.pending)

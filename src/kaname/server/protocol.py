@@ -167,6 +167,8 @@ class CompletionRequest(_Sampling):
     guided_choice: list[str] | None = None
     # SGLang's name for a grammar (llguidance reads Lark or GBNF from it)
     ebnf: str | None = None
+    # vLLM's: each choice (each streamed chunk) also carries the ids of its tokens
+    return_token_ids: bool = False
     allow_unenforced: bool = False
 
     def prompt_text(self) -> str:

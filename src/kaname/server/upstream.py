@@ -88,6 +88,8 @@ class UpstreamBackend:
             body["ebnf"] = compiled.grammar
         else:  # vLLM >= 0.11 with the guidance backend (and kaname itself)
             body["structured_outputs"] = {"grammar": compiled.grammar}
+            # the generated token ids (vLLM >= 0.10.2): the replay checks those very tokens
+            body["return_token_ids"] = True
         if params.seed is not None:
             body["seed"] = params.seed
         if params.stop:
@@ -108,25 +110,30 @@ class UpstreamBackend:
                     event = json.loads(data)
                     choices = event.get("choices") or []
                     chunk = choices[0].get("text") or "" if choices else ""
+                    ids = choices[0].get("token_ids") if choices else None
                     finish = (choices[0].get("finish_reason") if choices else None) or finish
                     usage = event.get("usage") or usage
+                    if ids is not None and not all(isinstance(i, int) for i in ids):
+                        raise TypeError("token_ids")
                 except (json.JSONDecodeError, AttributeError, IndexError, TypeError):
                     raise APIError(502, f"upstream sent a malformed event: {data[:120]!r}",
                                    code="upstream_garbled") from None
                 if "error" in event:
                     raise APIError(502, f"upstream error: {str(event['error'])[:300]}",
                                    code="upstream_error")
-                if not chunk:
+                if not chunk and not ids:
                     continue
                 text += chunk
                 if unenforced is None:
                     try:
-                        out = replay.feed(chunk)
+                        if ids is None and replay.exact:
+                            raise NotEnforcedError("the upstream stopped sending token ids")
+                        out = replay.feed(chunk) if ids is None else replay.feed_tokens(ids)
                     except NotEnforcedError as e:
                         unenforced = str(e)
                         out = ""
-                    if out and sink is not None:
-                        sink(out)
+                    if (out or ids) and sink is not None:
+                        sink(out, ids or [])
         if finish not in ("stop", "length"):
             raise APIError(502, "upstream stream ended without a finish_reason",
                            code="upstream_garbled")
@@ -134,7 +141,7 @@ class UpstreamBackend:
             try:
                 rest = replay.finish(finish, self.end_marker)
                 if rest and sink is not None:
-                    sink(rest)
+                    sink(rest, [])
                 text = replay.text
             except NotEnforcedError as e:
                 unenforced = str(e)
@@ -143,7 +150,8 @@ class UpstreamBackend:
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         completion_tokens = int(usage.get("completion_tokens") or 0)
         return Generated(text, finish, prompt_tokens, completion_tokens,
-                         enforced=unenforced is None, not_enforced_reason=unenforced)
+                         enforced=unenforced is None, not_enforced_reason=unenforced,
+                         token_ids=replay.tokens if replay.exact else None)
 
     async def aclose(self) -> None:
         await self._client.aclose()
