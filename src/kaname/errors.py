@@ -62,7 +62,7 @@ class GrammarTooComplexError(ConstraintError):
     """Compiling or matching the grammar exceeded a parser limit; simplify the constraint."""
 
 
-class ContextLengthError(KanameError):
+class ContextLengthError(KanameError, ValueError):
     """The prompt and the requested completion do not fit the model's context window."""
 
     def __init__(self, context: int, prompt_tokens: int, max_tokens: int):
