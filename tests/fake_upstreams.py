@@ -20,6 +20,7 @@ Behaviours:
   no-finish       text chunks, then [DONE] without any finish_reason
   error-event     an `{"error": ...}` event
   http-500        HTTP 500 with a JSON error body
+  http-400        HTTP 400 in OpenAI's shape: the prompt does not fit (as vLLM answers)
   reset           closes the connection without answering
 
 Every request body is recorded in `FakeUpstream.requests` (parsed JSON).
@@ -98,9 +99,13 @@ class FakeUpstream:
             h.close_connection = True
             h.connection.close()
             return
-        if fault == "http-500":
-            data = json.dumps({"error": {"message": "boom", "type": "server_error"}}).encode()
-            h.send_response(500)
+        if fault in ("http-500", "http-400"):
+            status = int(fault[-3:])
+            error = {"message": "boom", "type": "server_error"} if status == 500 else {
+                "message": "This model's maximum context length is 2048 tokens.",
+                "type": "BadRequestError", "param": None, "code": "context_length_exceeded"}
+            data = json.dumps({"error": error}).encode()
+            h.send_response(status)
             h.send_header("Content-Type", "application/json")
             h.send_header("Content-Length", str(len(data)))
             h.end_headers()

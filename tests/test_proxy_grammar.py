@@ -197,3 +197,14 @@ def test_json_object_fraction_guard_is_one_rule(fake_proxy, compiler, fault, tex
     else:
         assert r.status_code == 502, r.text
         assert r.json()["error"]["code"] == "upstream_not_enforced"
+
+
+def test_upstream_400_reaches_the_client_as_400(fake_proxy):
+    """An upstream's 400 is about the request (here: a prompt over its context), not a fault of
+    the upstream: the client gets it as a 400 in OpenAI's shape, not a 502."""
+    r = httpx.post(fake_proxy.url + "/v1/chat/completions", timeout=30, json={
+        "model": "random", "max_tokens": 20,
+        "messages": [{"role": "user", "content": "FAULT:http-400"}]})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == "context_length_exceeded" and "2048" in err["message"], err

@@ -100,9 +100,7 @@ class UpstreamBackend:
         unenforced: str | None = None
         async with self._client.stream("POST", f"{self.url}/completions", json=body) as r:
             if r.status_code != 200:
-                detail = (await r.aread()).decode(errors="replace")[:300]
-                raise APIError(502, f"upstream answered {r.status_code}: {detail}",
-                               code="upstream_error")
+                raise _upstream_refusal(r.status_code, await r.aread())
             async for data in _sse_data(r):
                 if data == "[DONE]":
                     break
@@ -155,6 +153,24 @@ class UpstreamBackend:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _upstream_refusal(status: int, body: bytes) -> APIError:
+    """The upstream's error. A 400 in OpenAI's shape is about the request itself (vLLM answers
+    one for a prompt longer than its context): it reaches the client as the 400 it is. Anything
+    else is the upstream's fault or kaname's configuration of it: 502."""
+    detail = body.decode(errors="replace")
+    if status == 400:
+        try:
+            err = json.loads(detail)["error"]
+            message, param, code = str(err["message"]), err.get("param"), err.get("code")
+        except (ValueError, KeyError, TypeError):
+            pass
+        else:
+            return APIError(400, f"upstream: {message}",
+                            param=param if isinstance(param, str) else None,
+                            code=code if isinstance(code, str) else "invalid_request")
+    return APIError(502, f"upstream answered {status}: {detail[:300]}", code="upstream_error")
 
 
 async def _sse_data(r: httpx.Response) -> AsyncIterator[str]:
