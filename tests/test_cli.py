@@ -166,3 +166,25 @@ def test_parser_imports_no_benchmark():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, cwd=ROOT)
     assert p.returncode == 0, p.stderr
+
+
+def test_chat_non_strict_tool_with_unenforceable_keywords_runs_and_says_so():
+    """The measured failure: an MCP-style tool with uniqueItems and format uri-reference failed
+    the whole request. Without `strict` it runs; what is not enforced is named on stderr."""
+    tools = json.dumps([{"type": "function", "function": {"name": "tag", "parameters": {
+        "type": "object", "properties": {
+            "url": {"type": "string", "format": "uri-reference", "maxLength": 20},
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "uniqueItems": True}},
+        "required": ["url", "tags"], "additionalProperties": False}}}])
+    p = kaname("chat", "--model", "random", "--format", "qwen3", "--messages", MESSAGES,
+               "--tools", tools, "--tool-choice", "required", "--json", "--seed", "1")
+    assert p.returncode == 0, p.stderr
+    assert set(json.loads(p.stdout)) == {"message", "finish_reason", "usage"}
+    assert "not enforced: uniqueItems at /tools/0/function/parameters/properties/tags/" \
+           "uniqueItems" in p.stderr
+    assert "not enforced: format at /tools/0/function/parameters/properties/url/format" \
+           in p.stderr
+    strict = tools.replace('"name": "tag",', '"name": "tag", "strict": true,')
+    p = kaname("chat", "--model", "random", "--format", "qwen3", "--messages", MESSAGES,
+               "--tools", strict, "--json")
+    assert p.returncode == 2 and "/tools/0/function/parameters/properties/" in p.stderr

@@ -25,6 +25,7 @@ from kaname.formats import (
     render_prompt,
     tools_from_openai,
 )
+from kaname.formats.tool_checks import check_tools, not_enforced
 from kaname.grammar import GrammarCompiler, JsonSchema, Lark
 from kaname.runtimes.random_logits import RandomLogitsRuntime
 from kaname.runtimes.synthetic import synthetic_tokenizer
@@ -227,14 +228,27 @@ def test_bad_requests():
 
 
 def test_unsupported_tool_schema_names_the_tool_pointer():
+    """OpenAI's strict per function: a strict tool is enforced fully or refused; any other is
+    enforced where it can be, and what is not is named (then post-checked per call)."""
     fmt = get_format("qwen3")
     tok, _ = synthetic_tokenizer(fmt.special_tokens)
-    tools = (Tool("a", {"type": "object"}),
-             Tool("b", {"type": "object", "properties": {"x": {"type": "array",
-                                                              "uniqueItems": True}}}))
+    params = {"type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}
+    compiler = GrammarCompiler(tok)
+    strict = (Tool("a", {"type": "object"}), Tool("b", params, strict=True))
     with pytest.raises(ConstraintError) as e:
-        build_grammar(fmt, TurnRequest(tools=tools), tok, compiler=GrammarCompiler(tok))
+        build_grammar(fmt, TurnRequest(tools=strict), tok, compiler=compiler)
     assert e.value.pointer == "/tools/1/function/parameters/properties/x/uniqueItems"
+    assert e.value.keyword == "uniqueItems"
+    req = TurnRequest(tools=(Tool("a", {"type": "object"}), Tool("b", params)))
+    checks = check_tools(fmt, req, compiler)
+    assert not_enforced(checks) == [{
+        "keyword": "uniqueItems",
+        "pointer": "/tools/1/function/parameters/properties/x/uniqueItems"}]
+    lark = build_grammar(fmt, req, tok, compiler=compiler)
+    assert _accepts_lark(fmt, lark, tok, '<tool_call>\n{"name": "b", "arguments": {"x": [1, 1]}}'
+                         '\n</tool_call><|im_end|>')  # not enforced by the grammar...
+    assert checks["b"].verdict('{"x": [1, 1]}') is False  # ...but post-checked
+    assert checks["b"].verdict('{"x": [1, 2]}') is True
 
 
 # ---- what each new format's grammar does and does not allow ---------------------------------
@@ -242,6 +256,11 @@ def test_unsupported_tool_schema_names_the_tool_pointer():
 WEATHER = Tool("weather", {"type": "object", "properties": {
     "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}},
     "required": ["city"]})
+
+
+def _accepts_lark(fmt, lark: str, tok, text: str) -> bool:
+    m = GrammarCompiler(tok).compile(Lark(lark)).new_matcher()
+    return m.consume_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
 
 
 def _accepts(name: str, req: TurnRequest, text: str) -> bool:
@@ -275,13 +294,19 @@ def test_glm_binds_each_key_to_its_property_schema():
 
 
 def test_glm_refuses_what_raw_strings_cannot_carry():
-    tool = Tool("t", {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})
+    params = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}
     fmt = get_format("glm45")
     tok, _ = synthetic_tokenizer(fmt.special_tokens)
     with pytest.raises(ConstraintError) as e:
-        build_grammar(fmt, TurnRequest(tools=(Tool("ok"), tool)), tok)
+        build_grammar(fmt, TurnRequest(tools=(Tool("ok"), Tool("t", params, strict=True))), tok)
     assert e.value.pointer == "/tools/1/function/parameters/properties/d/format"
-    build_grammar(fmt, TurnRequest(tools=(tool,), strict_level="names"), tok)
+    build_grammar(fmt, TurnRequest(tools=(Tool("t", params, strict=True),),
+                                   strict_level="names"), tok)
+    # not strict: the raw string is not bound to its format, which is said
+    req = TurnRequest(tools=(Tool("ok"), Tool("t", params)))
+    build_grammar(fmt, req, tok)
+    assert not_enforced(check_tools(fmt, req, GrammarCompiler(tok))) == [
+        {"keyword": "format", "pointer": "/tools/1/function/parameters/properties/d/format"}]
 
 
 def test_llama_calls_are_bare_json_and_content_cannot_start_like_one():

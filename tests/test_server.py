@@ -193,7 +193,7 @@ def test_unsupported_strict_schema_is_400_naming_keyword(client):
     err = e.value.body
     assert "uniqueItems" in err["message"]
     assert err["param"] == "/response_format/json_schema/schema/properties/tags/uniqueItems"
-    bad_tool = {"type": "function", "function": {"name": "f", "parameters": {
+    bad_tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
         "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="random", messages=MESSAGES, tools=[bad_tool],
@@ -355,3 +355,75 @@ def test_sigterm_ends_in_flight_generations_after_the_grace_period():
         os.kill(s.proc.pid, signal.SIGTERM)
         s.proc.wait(timeout=30)
         assert time.monotonic() - started < 10
+
+
+# ---- OpenAI's strict per function -----------------------------------------------------------
+
+TAG_PARAMS = {"type": "object", "properties": {
+    "url": {"type": "string", "format": "uri-reference", "maxLength": 30},
+    "tags": {"type": "array", "items": {"enum": ["news", "sport", "tech"]}, "uniqueItems": True,
+             "maxItems": 3}},
+    "required": ["url", "tags"], "additionalProperties": False}
+TAG_POINTER = "/tools/0/function/parameters/properties"
+
+
+def _tag_tool(**fn: object) -> list[dict]:
+    return [{"type": "function", "function": {"name": "tag_page", "parameters": TAG_PARAMS,
+                                              **fn}}]
+
+
+def _post_check(arguments: str) -> bool:
+    cls = jsonschema.validators.validator_for(TAG_PARAMS)
+    return cls(TAG_PARAMS, format_checker=cls.FORMAT_CHECKER).is_valid(json.loads(arguments))
+
+
+def test_non_strict_tool_is_enforced_where_it_can_be_and_post_checked(client):
+    """A tool without `strict` (an MCP tool, pydantic's set[...]) is not refused for keywords
+    llguidance lacks: they are named, and every call's arguments get the jsonschema verdict."""
+    verdicts = []
+    for seed in range(8):
+        r = client.chat.completions.create(
+            model="random", messages=[{"role": "user", "content": "tag example.com"}],
+            tools=_tag_tool(), tool_choice="required", parallel_tool_calls=False,
+            max_tokens=200, seed=seed)
+        kaname = r.model_extra["kaname"]
+        assert {"keyword": "uniqueItems", "pointer": f"{TAG_POINTER}/tags/uniqueItems"} \
+            in kaname["not_enforced"]
+        assert {"keyword": "format", "pointer": f"{TAG_POINTER}/url/format"} \
+            in kaname["not_enforced"]
+        message = r.choices[0].message
+        assert len(kaname["tool_calls_valid"]) == len(message.tool_calls or [])
+        for call, verdict in zip(message.tool_calls or [], kaname["tool_calls_valid"],
+                                 strict=True):
+            assert verdict == {"id": call.id, "name": "tag_page",
+                               "valid": _post_check(call.function.arguments)}
+            verdicts.append(verdict["valid"])
+        # the grammar still enforces everything else: the enum, maxItems, no other keys
+        for call in message.tool_calls or []:
+            args = json.loads(call.function.arguments)
+            assert set(args) == {"url", "tags"} and len(args["tags"]) <= 3
+            assert set(args["tags"]) <= {"news", "sport", "tech"}
+    assert verdicts and True in verdicts  # calls were made and checked
+
+
+def test_non_strict_tool_verdicts_stream_as_they_answer(client):
+    kwargs = {"model": "random", "messages": [{"role": "user", "content": "tag it"}],
+              "tools": _tag_tool(), "tool_choice": "required", "max_tokens": 200, "seed": 3}
+    plain = client.chat.completions.create(**kwargs).model_extra["kaname"]
+    last = [c for c in client.chat.completions.create(**kwargs, stream=True)][-1]
+    streamed = last.model_extra["kaname"]
+    strip = [{k: v for k, v in x.items() if k != "id"} for x in plain["tool_calls_valid"]]
+    assert [{k: v for k, v in x.items() if k != "id"} for x in streamed["tool_calls_valid"]] \
+        == strip and strip
+    assert streamed["not_enforced"] == plain["not_enforced"]
+
+
+def test_strict_tool_that_cannot_be_enforced_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="random", messages=[{"role": "user", "content": "tag it"}],
+            tools=_tag_tool(strict=True), max_tokens=20)
+    # the first keyword that cannot be enforced, named with its pointer
+    param = e.value.body["param"]
+    assert param in (f"{TAG_POINTER}/tags/uniqueItems", f"{TAG_POINTER}/url/format"), param
+    assert param.rsplit("/", 1)[1] in e.value.body["message"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import llguidance as llg
@@ -28,6 +28,7 @@ from .formats import (
 )
 from .formats.request import ReasoningMode, StrictLevel
 from .formats.template import render_template
+from .formats.tool_checks import ToolCheck, call_verdicts, check_tools, not_enforced
 from .grammar import GrammarCompiler, Lark
 
 
@@ -40,6 +41,17 @@ class PreparedTurn:
     request: TurnRequest
     prompt: str
     grammar: str
+    tools: dict[str, ToolCheck] = field(default_factory=dict)  # by name: what is enforced
+
+    @property
+    def not_enforced(self) -> list[dict[str, str]]:
+        """Tool-schema keywords the grammar skips (non-strict tools), pointers into the
+        request; each call is post-checked instead (`call_verdicts`)."""
+        return not_enforced(self.tools)
+
+    def call_verdicts(self, message: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The post-check of each tool call in an assistant message."""
+        return call_verdicts(self.tools, message.get("tool_calls") or [])
 
     @property
     def prompt_without_bos(self) -> str:
@@ -63,14 +75,15 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                       reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
                       strict_level=strict_level)
     guards = compiler.guards if compiler is not None else None
-    lark = build_grammar(fmt, req, tokenizer, guards=guards, compiler=compiler)
+    checks = check_tools(fmt, req, compiler)
+    lark = build_grammar(fmt, req, tokenizer, guards=guards, checks=checks)
     if chat_template is not None:
         prompt = render_template(chat_template, messages, req.tools, bos_token=fmt.bos,
                                  eos_token=fmt.end_of_turn,
                                  enable_thinking=reasoning != "off")
     else:
         prompt = render_prompt(fmt, messages, req.tools)
-    return PreparedTurn(fmt, req, prompt, lark)
+    return PreparedTurn(fmt, req, prompt, lark, checks)
 
 
 def new_call_id_prefix() -> str:
@@ -95,6 +108,8 @@ class ChatResult:
     usage: dict[str, int]
     enforced: Enforced
     raw_text: str
+    not_enforced: list[dict[str, str]] = field(default_factory=list)
+    tool_calls_valid: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"message": self.message, "finish_reason": self.finish_reason,
@@ -121,4 +136,6 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     usage = {"prompt_tokens": result.usage.prompt_tokens,
              "completion_tokens": result.usage.completion_tokens,
              "total_tokens": result.usage.prompt_tokens + result.usage.completion_tokens}
-    return ChatResult(parsed.to_message(), finish, usage, result.enforced, result.text)
+    message = parsed.to_message()
+    return ChatResult(message, finish, usage, result.enforced, result.text, turn.not_enforced,
+                      turn.call_verdicts(message))

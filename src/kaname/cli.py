@@ -175,6 +175,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
                   strict_level=args.strict_level, max_tokens=args.max_tokens,
                   temperature=args.temperature, seed=args.seed,
                   chat_template=_chat_template(args.chat_template, args.model))
+    # what a non-strict tool's grammar skipped, and the post-check of each call (stderr, so
+    # that --json stays one object)
+    for n in result.not_enforced:
+        print(f"kaname: not enforced: {n['keyword']} at {n['pointer']} (post-checked)",
+              file=sys.stderr)
+    for v in result.tool_calls_valid:
+        if v["valid"] is False:
+            print(f"kaname: tool call {v['id']} ({v['name']}): arguments fail the post-check",
+                  file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
     else:

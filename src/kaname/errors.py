@@ -35,11 +35,16 @@ class ConstraintError(KanameError, ValueError):
         self.keyword = keyword
         self.pointer = pointer
 
-    def at(self, prefix: str) -> ConstraintError:
+    def at(self, prefix: str, *, what: str = "") -> ConstraintError:
         """The same error with its pointer moved under `prefix` (where the constraint sat in a
-        request, e.g. "/response_format/json_schema/schema")."""
-        return type(self)(self.message, keyword=self.keyword,
-                          pointer=f"{prefix}{self.pointer or ''}")
+        request, e.g. "/response_format/json_schema/schema"), in the message too; `what`
+        names the thing the message is about (e.g. "tool 'search'")."""
+        pointer = f"{prefix}{self.pointer or ''}"
+        message = self.message
+        if self.pointer:
+            message = message.replace(f"'{self.pointer}'", f"'{pointer}'")
+        return type(self)(f"{what}: {message}" if what else message, keyword=self.keyword,
+                          pointer=pointer)
 
 
 class InvalidSchemaError(ConstraintError):

@@ -27,6 +27,7 @@ from ..grammar.lark import ANY_TEXT, json_expr, json_object_expr, string_literal
 from . import keyed
 from .request import Tool, TurnRequest
 from .spec import ChatFormat, ToolCallSyntax
+from .tool_checks import ToolCheck, check_tools
 
 # Free text of a turn whose calls are bare JSON (Llama): it cannot start like a call.
 _NO_BRACE_TEXT = "(?s:([^{].*)?)"
@@ -105,20 +106,18 @@ def _seq(*parts: str) -> str:
 
 
 def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer, *,
-                  guards: Guards | None = None,
-                  compiler: GrammarCompiler | None = None) -> str:
-    """The Lark grammar for the assistant turn `req` asks for, in format `fmt`."""
+                  guards: Guards | None = None, compiler: GrammarCompiler | None = None,
+                  checks: dict[str, ToolCheck] | None = None) -> str:
+    """The Lark grammar for the assistant turn `req` asks for, in format `fmt`. A strict tool
+    that cannot be enforced is a ConstraintError (`checks`: `check_tools`'s, if already made)."""
     g = guards or Guards()
     b = _Builder(fmt, tokenizer, g)
     tools = req.callable_tools
     syntax = fmt.tool_calls
     if tools and syntax is None:
         raise ConstraintError(f"format {fmt.name!r} has no tool-call syntax", pointer="/tools")
-    if req.strict_level == "full":
-        if syntax is not None and syntax.layout == "per_key":
-            _check_keyed_schemas(req.tools, {t.name for t in tools})
-        if compiler is not None:
-            _check_tool_schemas(req.tools, {t.name for t in tools}, compiler)
+    if checks is None:
+        check_tools(fmt, req, compiler)
     content_ends = (fmt.end_of_turn, *fmt.end_of_turn_alt)
     content_end = _one_of(b, content_ends)
     cb = b.lit(fmt.content_begin)
@@ -216,18 +215,20 @@ def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | N
         params = _rebase_refs(params, "/properties/" + _pointer_token(s.args_key))
         schema = {"type": "object", "properties": {s.name_key: name_schema, s.args_key: params},
                   "required": [s.name_key, s.args_key], "additionalProperties": False}
-        return b.json(schema)
+        return b.json(schema, strict=tool is not None and tool.strict)
     name = "/[A-Za-z0-9_.-]+/" if tool is None else string_literal(tool.name)
     parts = [b.lit(s.name_prefix), name]
     if s.index_sep:
         # a runaway guard, like the engine's number caps: a call index has at most 4 digits
         parts += [b.lit(s.index_sep), "/[0-9]{1,4}/"]
     parts.append(b.lit(s.args_begin))
-    parts.append(_keyed_args(b, s, params) if s.layout == "per_key" else b.json(params))
+    strict = tool is not None and tool.strict
+    parts.append(_keyed_args(b, s, params, strict) if s.layout == "per_key"
+                 else b.json(params, strict=strict))
     return _seq(*parts)
 
 
-def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any) -> str:
+def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any, strict: bool) -> str:
     """Per-key arguments: the declared keys in property order, required ones present."""
     props = keyed.properties(params)
     key_open, value_open = b.lit(s.key_begin), b.lit(s.value_begin)
@@ -239,17 +240,17 @@ def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any) -> str:
     pairs = []
     for k, prop in props.items():
         pair = _seq(key_open, string_literal(k), b.lit(s.key_end), value_open,
-                    _keyed_value(b, s, params, prop))
+                    _keyed_value(b, s, params, prop, strict))
         pairs.append(pair if k in required else f"({pair})?")
     rule = b.name("args")
     b.rules.append(f"{rule}: {' '.join(pairs)}" if pairs else f'{rule}: ""')
     return rule
 
 
-def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any) -> str:
+def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any, strict: bool) -> str:
     end = b.lit(s.value_end)
     if not keyed.is_raw_string(prop):
-        return f"{b.json(keyed.value_schema(params, prop))} {end}"
+        return f"{b.json(keyed.value_schema(params, prop), strict=strict)} {end}"
     if "const" in prop:
         return f"{string_literal(prop['const'])} {end}"
     if isinstance(prop.get("enum"), list):
@@ -274,24 +275,3 @@ def _content(b: _Builder, req: TurnRequest) -> str | None:
     raise ConstraintError(f"response_format type {type(c).__name__.lower()!r} is not "
                           "supported for chat content; use text, json_object or json_schema",
                           pointer="/response_format/type")
-
-
-def _check_keyed_schemas(tools: tuple[Tool, ...], callable_names: set[str]) -> None:
-    for i, t in enumerate(tools):
-        if t.parameters is not None and t.name in callable_names:
-            keyed.check(t.parameters, f"/tools/{i}/function/parameters")
-
-
-def _check_tool_schemas(tools: tuple[Tool, ...], callable_names: set[str],
-                        compiler: GrammarCompiler) -> None:
-    """Compile each callable tool's parameters alone first, for errors that name the tool's
-    pointer (`/tools/<i>/function/parameters/...`, `i` as in the request)."""
-    for i, t in enumerate(tools):
-        if t.parameters is None or t.name not in callable_names:
-            continue
-        try:
-            compiler.compile(JsonSchema(t.parameters, strict=True))
-        except ConstraintError as e:
-            pointer = f"/tools/{i}/function/parameters{e.pointer or ''}"
-            raise type(e)(f"tool {t.name!r}: {e.message}", keyword=e.keyword,
-                          pointer=pointer) from e

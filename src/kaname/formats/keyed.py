@@ -57,32 +57,33 @@ def is_raw_string(schema: Any) -> bool:
 
 
 def check(params: Mapping[str, Any], pointer: str) -> None:
-    """Refuse what per-key syntax cannot enforce (strict level "full")."""
-    for kw in _TOP_REFUSED:
-        if kw in params:
-            raise UnsupportedSchemaError(
-                f"per-key tool arguments cannot enforce {kw!r} at the top of the parameters",
-                keyword=kw, pointer=f"{pointer}/{kw}")
+    """Refuse what per-key syntax cannot enforce (a strict tool)."""
+    for problem in unenforceable(params, pointer):
+        raise problem
+
+
+def unenforceable(params: Mapping[str, Any], pointer: str) -> list[UnsupportedSchemaError]:
+    """Everything per-key syntax cannot enforce in these parameters, with pointers."""
+    out = [UnsupportedSchemaError(
+        f"per-key tool arguments cannot enforce {kw!r} at the top of the parameters",
+        keyword=kw, pointer=f"{pointer}/{kw}") for kw in _TOP_REFUSED if kw in params]
     props = properties(params) or {}
-    for i, key in enumerate(params.get("required") or ()):
-        if key not in props:
-            raise UnsupportedSchemaError(
-                f"required key {key!r} is not a declared property",
-                keyword="required", pointer=f"{pointer}/required/{i}")
+    out += [UnsupportedSchemaError(f"required key {key!r} is not a declared property",
+                                   keyword="required", pointer=f"{pointer}/required/{i}")
+            for i, key in enumerate(params.get("required") or ()) if key not in props]
     for key, schema in props.items():
         where = f"{pointer}/properties/{_escape(key)}"
         if is_raw_string(schema):
-            for kw in _RAW_REFUSED:
-                if kw in schema:
-                    raise UnsupportedSchemaError(
-                        f"string arguments are written raw; {kw!r} cannot be enforced on raw "
-                        "text (use strict level 'names', or drop the keyword)",
-                        keyword=kw, pointer=f"{where}/{kw}")
-        for ref_at, ref in _refs(schema, where):
-            if not any(ref.startswith(f"#/{d}/") for d in _DEFS):
-                raise UnsupportedSchemaError(
-                    "a $ref inside a per-key argument must point into $defs or definitions",
-                    keyword="$ref", pointer=ref_at)
+            out += [UnsupportedSchemaError(
+                f"string arguments are written raw; {kw!r} cannot be enforced on raw text (use "
+                "strict level 'names', drop the keyword, or leave the tool non-strict)",
+                keyword=kw, pointer=f"{where}/{kw}") for kw in _RAW_REFUSED if kw in schema]
+        out += [UnsupportedSchemaError(
+            "a $ref inside a per-key argument must point into $defs or definitions",
+            keyword="$ref", pointer=ref_at)
+            for ref_at, ref in _refs(schema, where)
+            if not any(ref.startswith(f"#/{d}/") for d in _DEFS)]
+    return out
 
 
 def value_schema(params: Mapping[str, Any], schema: Any) -> Any:

@@ -15,9 +15,14 @@ ReasoningMode = Literal["off", "on", "required"]
 
 @dataclass(frozen=True)
 class Tool:
+    """A function tool. strict: OpenAI's `function.strict`; true means its parameters are
+    enforced fully or the request is refused, otherwise what cannot be enforced is reported and
+    the arguments are post-checked."""
+
     name: str
     parameters: Mapping[str, Any] | None = None  # None: any JSON object
     description: str = ""
+    strict: bool = False
 
     def to_openai(self) -> dict[str, Any]:
         fn: dict[str, Any] = {"name": self.name}
@@ -90,5 +95,6 @@ def tools_from_openai(tools: Sequence[Mapping[str, Any]] | None) -> tuple[Tool, 
         if params is not None and not isinstance(params, Mapping):
             raise ConstraintError("function parameters must be a JSON Schema object",
                                   pointer=f"/tools/{i}/function/parameters")
-        out.append(Tool(fn["name"], params, str(fn.get("description") or "")))
+        out.append(Tool(fn["name"], params, str(fn.get("description") or ""),
+                        strict=fn.get("strict") is True))
     return tuple(out)

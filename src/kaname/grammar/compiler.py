@@ -199,12 +199,30 @@ class GrammarCompiler:
             llg.LLMatcher.grammar_from_lark(lark), self.tokenizer, limits=self.limits))
         if is_error:
             raise _schema_error(messages[0] if messages else "unknown error", user_schema)
-        not_enforced = tuple(_not_enforced(messages, user_schema)) if not strict else ()
+        not_enforced = () if strict else tuple(
+            _not_enforced(messages, user_schema) + self._coerced_one_of(schema, user_schema, g))
         compiled = self._finish(c, lark, InvalidSchemaError, "schema")
         compiled.schema = user_schema
         compiled.not_enforced = not_enforced
         compiled.caps = caps
         return compiled
+
+    def _coerced_one_of(self, schema: Any, user_schema: Any, g: Guards) -> list[NotEnforced]:
+        """Lenient compiles read a `oneOf` llguidance cannot prove exclusive as `anyOf` (a
+        widening, and silent in llguidance): name it. Which one is known when a strict compile
+        names it; if that compile fails for another reason first, every `oneOf` is named."""
+        pointers = keyword_pointers(user_schema, "oneOf")
+        if not pointers:
+            return []
+        lark = start_rule(guarded_json(schema, g, strict=True)[0])
+        is_error, messages = _on_big_stack(lambda: llg.LLMatcher.validate_grammar_with_warnings(
+            llg.LLMatcher.grammar_from_lark(lark), self.tokenizer, limits=self.limits))
+        if not is_error:
+            return []
+        e = _schema_error(messages[0] if messages else "", user_schema)
+        if e.keyword == "oneOf" and e.pointer:
+            return [NotEnforced("oneOf", e.pointer)]
+        return [NotEnforced("oneOf", p) for p in pointers]
 
     def _finish(self, c: Constraint, lark: str, error: type[ConstraintError],
                 what: str) -> CompiledConstraint:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import asdict
 from typing import Any
@@ -121,10 +121,11 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
                                       req.max_tokens, config.default_max_tokens, limit,
                                       "messages"))
         ext = {"format": fmt.name, "strict_level": strict_level,
-               "grammar_hash": compiled.grammar_hash, "not_enforced": not_enforced,
+               "grammar_hash": compiled.grammar_hash,
+               "not_enforced": not_enforced + prepared.not_enforced,
                "guards": asdict(backend.compiler.guards)}
         call = _Call(backend, prompt, compiled, params, req.allow_unenforced,
-                     prepared.request.tools)
+                     prepared.request.tools, prepared.call_verdicts)
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
         id_prefix = new_call_id_prefix()
         if req.stream:
@@ -143,7 +144,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
                          "logprobs": None}],
             "usage": _usage(gen), "kaname": {
                 **ext, "enforced": gen.enforced, "not_enforced_reason": gen.not_enforced_reason,
-                "content_valid": _content_valid(content_check, message, finish)}})
+                "content_valid": _content_valid(content_check, message, finish),
+                "tool_calls_valid": call.verdicts(message)}})
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Response:
@@ -180,10 +182,13 @@ class _Call:
     """One generation request to the backend."""
 
     def __init__(self, backend: Backend, prompt: str, compiled: CompiledConstraint,
-                 params: GenParams, allow_unenforced: bool, tools: tuple[Tool, ...] = ()):
+                 params: GenParams, allow_unenforced: bool, tools: tuple[Tool, ...] = (),
+                 verdicts: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None):
         self.backend, self.prompt, self.compiled, self.params = backend, prompt, compiled, params
         self.allow_unenforced = allow_unenforced
         self.tools = tools  # the request's, for the parser
+        # the post-check of each tool call in an answer (chat only)
+        self.verdicts = verdicts or (lambda message: [])
         self.slot: Slot | None = None  # taken before a stream starts, so a full queue is a 429
 
     async def run(self, sink: Any) -> Generated:
@@ -327,6 +332,7 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
         raise RuntimeError("generation ended without a result")
     _count(metrics, gen)
     valid: bool | None = None
+    message: dict[str, Any] = {}
     if not gen.enforced:
         finish = gen.finish_reason
         rest = gen.text[len(parser.text):]
@@ -343,12 +349,16 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
         for delta in deltas:
             yield chunk(delta)
         finish = "tool_calls" if turn.tool_calls else "stop"
-        valid = _content_valid(content_check, turn.to_message(), finish)
+        message = turn.to_message()
+        valid = _content_valid(content_check, message, finish)
     else:
         finish, valid = "length", (False if content_check is not None else None)
+        message = parse_partial(fmt, parser.text, id_prefix=id_prefix,
+                                tools=call.tools).to_message()
     yield chunk({}, finish, kaname={**ext, "enforced": gen.enforced,
                                     "not_enforced_reason": gen.not_enforced_reason,
-                                    "content_valid": valid})
+                                    "content_valid": valid,
+                                    "tool_calls_valid": call.verdicts(message)})
     if include_usage:
         yield {"id": response_id, "object": "chat.completion.chunk", "created": created,
                "model": model, "choices": [], "usage": _usage(gen)}
