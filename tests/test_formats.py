@@ -530,3 +530,19 @@ def test_gemma3_prompt_matches_official_template():
         "<bos><start_of_turn>user\nYou are helpful.\n\nHi<end_of_turn>\n"
         "<start_of_turn>model\nHello!<end_of_turn>\n"
         "<start_of_turn>user\nWeather in Tokyo?<end_of_turn>\n<start_of_turn>model\n")
+
+
+@pytest.mark.parametrize("name", [n for n, f in FORMATS.items()
+                                  if f.tool_calls is not None and f.tool_calls.parallel])
+def test_named_tool_choice_is_exactly_one_call(name):
+    """OpenAI: a named tool_choice makes the model call that function, once. A grammar that
+    allowed more let Gemma repeat the forced call until max_tokens."""
+    fmt = get_format(name)
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    call = {"type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+    one = render_assistant(fmt, {"role": "assistant", "tool_calls": [call]}, "")
+    two = render_assistant(fmt, {"role": "assistant", "tool_calls": [call, call]}, "")
+    required = TurnRequest(tools=(WEATHER,), tool_choice="required")
+    named = TurnRequest(tools=(WEATHER,), tool_choice="weather")
+    assert _accepts(name, required, two) and _accepts(name, named, one)
+    assert not _accepts(name, named, two)

@@ -183,8 +183,11 @@ def _calls(b: _Builder, fmt: ChatFormat, req: TurnRequest, tools: tuple[Tool, ..
     b.rules.append(f"{call}: {_seq(b.lit(s.call_begin), inner, b.lit(s.call_end))}")
     # the first call's begin marker is the opener when there is no section marker
     first = _seq(inner, b.lit(s.call_end)) if not s.section_begin else call
-    more = f"({_seq(b.lit(s.separator), call)})*" if req.parallel_tool_calls and s.parallel \
-        else ""
+    # A named tool_choice forces exactly one call of that function (as OpenAI does): seen on
+    # Gemma, a model allowed more repeats the forced call until max_tokens.
+    named = req.tool_choice not in ("auto", "required", "none")
+    more = f"({_seq(b.lit(s.separator), call)})*" \
+        if req.parallel_tool_calls and s.parallel and not named else ""
     rule = b.name("calls")
     b.rules.append(f"{rule}: {_seq(first, more, b.lit(s.section_end))}")
     return rule

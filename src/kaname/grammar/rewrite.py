@@ -1,0 +1,476 @@
+"""Schema-to-schema rewrites: keywords llguidance 1.9.1 refuses, said in words it enforces.
+
+`rewrite_schema` returns an equivalent copy of a JSON Schema (the same set of valid
+instances) in which some keywords `%json` refuses are replaced by ones it compiles:
+
+- integer-valued keywords written as decimals (`maxItems: 2.0`) become integers;
+- keywords that assert nothing are dropped (`uniqueItems: false`, `uniqueItems` on arrays of
+  at most one item, `minContains` / `maxContains` without `contains`);
+- `format`s llguidance does not know become anchored `pattern`s that are exactly the format
+  (`byte`, `json-pointer`, `relative-json-pointer`, `uri-template`) or are dropped where the
+  format asserts nothing (OpenAPI's `binary`, `password`);
+- `dependentRequired`, `dependentSchemas` and draft 4-7 `dependencies` become `anyOf`s of
+  "key absent" / "key and its dependencies present" (few keys only);
+- `uniqueItems: true` over a tiny finite item domain becomes an `enum` of the duplicate-free
+  arrays;
+- `contains` (with `minContains`) on arrays with a small `maxItems` becomes an `anyOf` over
+  the positions of the matches.
+
+Each rewrite is a function whose docstring says why it is exact. A keyword whose rewrite
+does not apply (too many alternatives, an unbounded domain, a dialect that does not define it)
+is left as it is, so the compiler still refuses it, naming keyword and pointer; `refused`
+says why. Rewrites are equivalences, so unlike the runaway guards they also apply under
+`not`, `if` and `oneOf`. Key order stays llguidance's: properties in schema order, then keys
+that are only `required`, in the order given.
+
+The caller's schema is never modified (the post-check validates against it); rewriting works
+on a deep copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from .schema_walk import escape, subschemas
+
+# Above these the rewrite is not made and the keyword stays refused.
+MAX_DEPENDENCY_ALTERNATIVES = 64  # product of the branches of all dependencies of one object
+MAX_UNIQUE_ARRAYS = 256  # duplicate-free arrays enumerated for one uniqueItems
+MAX_CONTAINS_ALTERNATIVES = 64  # position choices enumerated for one contains
+
+_INTEGER_KEYWORDS = ("maxLength", "minLength", "maxItems", "minItems", "maxProperties",
+                     "minProperties", "maxContains", "minContains")
+_NOT_ARRAY = ["null", "boolean", "object", "number", "string"]
+_NOT_OBJECT = ["null", "boolean", "array", "number", "string"]
+# In these dialects `$ref` overrides its sibling keywords: those are not rewritten (jsonschema
+# ignores them, and a rewrite would make llguidance enforce more of them, not the same).
+_REF_OVERRIDES = (jsonschema.Draft3Validator, jsonschema.Draft4Validator,
+                  jsonschema.Draft6Validator, jsonschema.Draft7Validator)
+
+
+@dataclass
+class Rewritten:
+    """The rewritten schema, which rewrites were made (name, pointer) and which were not
+    (pointer of the keyword -> why)."""
+
+    schema: Any
+    applied: list[tuple[str, str]] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.applied)
+
+
+@dataclass
+class _Context:
+    dialect: type[Any]
+    ref_fragments: list[str]
+    nested_dialects: bool
+    out: Rewritten
+
+    def applied(self, rule: str, pointer: str) -> None:
+        self.out.applied.append((rule, pointer or "/"))
+
+    def refuse(self, pointer: str, keyword: str, why: str) -> None:
+        self.out.refused[f"{pointer}/{escape(keyword)}"] = why
+
+    def referenced(self, pointer: str, keyword: str) -> bool:
+        """Whether a `$ref` points into `keyword` at `pointer` (then it must stay where it is)."""
+        inside = f"{pointer}/{escape(keyword)}"
+        return any(f == inside or f.startswith(inside + "/") for f in self.ref_fragments)
+
+    def knows(self, keyword: str) -> bool:
+        """Whether the schema's dialect (the one the post-check validates with) defines
+        `keyword`; a keyword it does not define is not guessed at."""
+        return not self.nested_dialects and keyword in self.dialect.VALIDATORS
+
+
+def dialect_of(schema: Any) -> type[Any]:
+    """The jsonschema validator class the post-check uses for `schema`."""
+    cls: type[Any] = jsonschema.validators.validator_for(
+        schema, default=jsonschema.Draft202012Validator)
+    return cls
+
+
+def rewrite_schema(schema: Any) -> Rewritten:
+    """An equivalent copy of `schema` that llguidance can compile more of (see the module
+    docstring); `schema` itself is not modified."""
+    out = copy.deepcopy(schema)
+    result = Rewritten(out)
+    if not isinstance(out, dict):
+        return result
+    nodes = list(subschemas(out))
+    ctx = _Context(dialect_of(schema), _ref_fragments(out),
+                   any("$schema" in s for p, s in nodes if p), result)
+    # Bottom-up: a subschema is rewritten before a rewrite of its parent may move it.
+    for pointer, s in reversed(nodes):
+        _integers(s, pointer, ctx)
+        _no_ops(s, pointer, ctx)
+        if "$ref" in s and ctx.dialect in _REF_OVERRIDES:
+            continue
+        _format(s, pointer, ctx)
+        _dependencies(s, pointer, ctx)
+        _unique_items(s, pointer, ctx)
+        _contains(s, pointer, ctx)
+    return result
+
+
+def _ref_fragments(schema: Any) -> list[str]:
+    """The JSON-pointer fragments of every `$ref` in `schema` (unescaped as written)."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and "#" in ref:
+                found.append(ref.split("#", 1)[1])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema)
+    return found
+
+
+def _add_all_of(s: dict[str, Any], *schemas: Any) -> None:
+    """Append to `allOf` (existing entries keep their index, so `$ref`s into them hold)."""
+    all_of = s.get("allOf")
+    if not isinstance(all_of, list):
+        all_of = s["allOf"] = []
+    all_of.extend(schemas)
+
+
+# --- 1. integers written as decimals -------------------------------------------------------
+
+
+def _integers(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`maxItems: 2.0` -> `maxItems: 2` (and minItems, min/maxLength, min/maxProperties,
+    min/maxContains).
+
+    Exact: these keywords compare a count with the value, and a count is below, equal to or
+    above 2.0 exactly when it is so for 2. JSON Schema (draft 6 on) calls 2.0 an integer, the
+    metaschema accepts it, llguidance refuses it ("Expected positive integer")."""
+    for k in _INTEGER_KEYWORDS:
+        v = s.get(k)
+        if isinstance(v, float) and v.is_integer() and v >= 0:
+            s[k] = int(v)
+            ctx.applied("integer", f"{pointer}/{k}")
+
+
+# --- 2. keywords that assert nothing -------------------------------------------------------
+
+
+def _no_ops(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """Drop `uniqueItems: false`, `uniqueItems` where `maxItems` <= 1, and `minContains` /
+    `maxContains` without `contains`; llguidance refuses all of them.
+
+    Exact: `uniqueItems: false` is the keyword's default and holds for every instance; an
+    array of at most one item has no two equal items; `minContains` and `maxContains`
+    only modify `contains` and are ignored without it (and are unknown, so ignored, before
+    2019-09)."""
+    if s.get("uniqueItems") is False:
+        del s["uniqueItems"]
+        ctx.applied("uniqueItems: false", f"{pointer}/uniqueItems")
+    if s.get("uniqueItems") is True and _count(s.get("maxItems")) is not None \
+            and _count(s.get("maxItems")) <= 1:  # type: ignore[operator]
+        del s["uniqueItems"]
+        ctx.applied("uniqueItems with maxItems <= 1", f"{pointer}/uniqueItems")
+    if "contains" not in s:
+        for k in ("minContains", "maxContains"):
+            if k in s:
+                del s[k]
+                ctx.applied(f"{k} without contains", f"{pointer}/{k}")
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+# --- 3. formats as patterns ----------------------------------------------------------------
+
+# RFC 6901 `unescaped` (%x00-2E / %x30-7D / %x7F-10FFFF: any character but "/" and "~"),
+# written as positive ranges: a negated class would trigger kaname's escape narrowing.
+_UNESCAPED = r"[\x00-\x2E\x30-\x7D\x7F-\U0010FFFF]"
+JSON_POINTER = rf"(?:/(?:{_UNESCAPED}|~[01])*)*"
+_NON_NEGATIVE = r"(?:0|[1-9][0-9]*)"
+_HEX = "[0-9A-Fa-f]"
+_PCT = f"%{_HEX}{_HEX}"
+# RFC 3987 ucschar and iprivate, which RFC 6570 allows in literals
+_UCS = (r"\xA0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF\U00010000-\U0001FFFD\U00020000-\U0002FFFD"
+        r"\U00030000-\U0003FFFD\U00040000-\U0004FFFD\U00050000-\U0005FFFD"
+        r"\U00060000-\U0006FFFD\U00070000-\U0007FFFD\U00080000-\U0008FFFD"
+        r"\U00090000-\U0009FFFD\U000A0000-\U000AFFFD\U000B0000-\U000BFFFD"
+        r"\U000C0000-\U000CFFFD\U000D0000-\U000DFFFD\U000E1000-\U000EFFFD")
+_PRIVATE = r"\uE000-\uF8FF\U000F0000-\U000FFFFD\U00100000-\U0010FFFD"
+_LITERAL = rf"[\x21\x23-\x24\x26\x28-\x3B\x3D\x3F-\x5B\x5D\x5F\x61-\x7A\x7E{_UCS}{_PRIVATE}]"
+_VARCHAR = rf"(?:[A-Za-z0-9_]|{_PCT})"
+_VARSPEC = rf"{_VARCHAR}(?:\.?{_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
+_EXPRESSION = rf"\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\}}"
+
+# format -> anchored pattern, each exactly the format's grammar
+FORMAT_PATTERNS: dict[str, str] = {
+    # OpenAPI `byte`: base64 (RFC 4648 section 4) with its padding. As every base64 decoder
+    # does by default, unused bits of the last character are not checked ("QR==" passes).
+    "byte": r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+    # RFC 6901: json-pointer = *( "/" reference-token ), escapes "~0" and "~1" only
+    "json-pointer": f"^{JSON_POINTER}$",
+    # draft-handrews-relative-json-pointer-01 (drafts 7 and 2019-09)
+    "relative-json-pointer": f"^{_NON_NEGATIVE}(?:#|{JSON_POINTER})$",
+    # RFC 6570 URI-Template, level 4 (the whole grammar)
+    "uri-template": rf"^(?:{_LITERAL}|{_PCT}|{_EXPRESSION})*$",
+}
+# draft-bhutton-relative-json-pointer-00 (draft 2020-12) adds an index manipulation,
+# not allowed before "#"
+_RELATIVE_POINTER_2020 = (f"^{_NON_NEGATIVE}(?:(?:[+-][1-9][0-9]*)?{JSON_POINTER}|#)$")
+# OpenAPI formats that say nothing about a string's characters: "binary" is "any sequence of
+# octets", "password" a hint to obscure the input
+NO_ASSERTION_FORMATS = frozenset({"binary", "password"})
+
+
+def format_pattern(fmt: str, dialect: type[Any] = jsonschema.Draft202012Validator) -> str | None:
+    """The anchored pattern that is exactly `fmt`, where this module has one."""
+    if fmt == "relative-json-pointer" and dialect is jsonschema.Draft202012Validator:
+        return _RELATIVE_POINTER_2020
+    return FORMAT_PATTERNS.get(fmt)
+
+
+def _format(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """A `format` llguidance does not know -> a `pattern` that is exactly the format.
+
+    Exact: `format` and `pattern` both constrain strings only (other instances pass both),
+    and each pattern in FORMAT_PATTERNS is the format's grammar (its RFC's ABNF, regular,
+    translated rule for rule), anchored at both ends. Next to an existing `pattern` the
+    format's pattern goes into `allOf`, so both must hold, as before. The OpenAPI formats in
+    NO_ASSERTION_FORMATS constrain no string and are dropped."""
+    fmt = s.get("format")
+    if not isinstance(fmt, str):
+        return
+    if fmt in NO_ASSERTION_FORMATS:
+        del s["format"]
+        ctx.applied(f"format {fmt} (asserts nothing)", f"{pointer}/format")
+        return
+    regex = format_pattern(fmt, ctx.dialect)
+    if regex is None:
+        return
+    del s["format"]
+    if "pattern" in s:
+        _add_all_of(s, {"pattern": regex})
+    else:
+        s["pattern"] = regex
+    ctx.applied(f"format {fmt} as pattern", f"{pointer}/format")
+
+
+# --- 4. dependencies as anyOf --------------------------------------------------------------
+
+
+def _absent(key: str) -> dict[str, Any]:
+    return {"properties": {key: False}}
+
+
+def _dependencies(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`dependentRequired` / `dependentSchemas` (2019-09 on) and `dependencies` (drafts 4-7)
+    -> one `anyOf` per key K in `allOf`: [K absent, K present and what K requires].
+
+    Exact: the keywords apply to objects only, and to an object only when K is present.
+    "K absent" is `{"properties": {K: false}}`, which every non-object and every object
+    without K passes and every object with K fails. The second branch is `required: [K, *D]`
+    for a list D (D must be present when K is), or `required: [K]` with `allOf: [S]` for a
+    schema S (the whole object must match S when K is present). The branches exclude each
+    other, so exactly one applies to each object. A schema `true` (or an empty list) asks
+    nothing and is dropped; `false` leaves only "K absent". Refused (left as it is) above
+    MAX_DEPENDENCY_ALTERNATIVES combinations of branches, where a `$ref` points into the
+    keyword, or where the schema's dialect does not define the keyword."""
+    alternatives: list[Any] = []
+    moved: list[str] = []
+    for keyword in ("dependentRequired", "dependentSchemas", "dependencies"):
+        value = s.get(keyword)
+        if not isinstance(value, dict) or not ctx.knows(keyword) \
+                or ctx.referenced(pointer, keyword):
+            continue
+        branches = [_dependency(k, v) for k, v in value.items()]
+        if any(b is None for b in branches):
+            ctx.refuse(pointer, keyword, "a dependency that is neither a list nor a schema")
+            continue
+        alternatives += [b for b in branches if b != []]
+        moved.append(keyword)
+    if not moved:
+        return
+    combinations = math.prod(len(b) for b in alternatives if isinstance(b, list))
+    if combinations > MAX_DEPENDENCY_ALTERNATIVES:
+        for keyword in moved:
+            ctx.refuse(pointer, keyword, f"{combinations} combinations of dependencies, "
+                                         f"above the bound of {MAX_DEPENDENCY_ALTERNATIVES}")
+        return
+    for keyword in moved:
+        del s[keyword]
+        ctx.applied(f"{keyword} as anyOf", f"{pointer}/{keyword}")
+    _add_all_of(s, *(b[0] if len(b) == 1 else {"anyOf": b} for b in alternatives))
+
+
+def _dependency(key: str, value: Any) -> list[Any] | None:
+    """The branches for one dependency ([] when it asks nothing), None if not understood."""
+    if isinstance(value, list) and all(isinstance(d, str) for d in value):
+        needed = [d for d in dict.fromkeys(value) if d != key]
+        return [_absent(key), {"required": [key, *needed]}] if needed else []
+    if value is True or value == {}:
+        return []
+    if value is False:
+        return [_absent(key)]
+    if isinstance(value, dict):
+        return [_absent(key), {"required": [key], "allOf": [value]}]
+    return None
+
+
+# --- 5. uniqueItems over a finite domain ---------------------------------------------------
+
+
+def _unique_items(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`uniqueItems: true` with items from a tiny finite set -> an `enum` of every
+    duplicate-free array of them that the length bounds allow.
+
+    Exact: the items are limited to the values of `items`' `enum` / `const` (or `type`
+    boolean / null) that pass the whole `items` schema (checked with jsonschema, the
+    post-check's own validator), so every valid array is a duplicate-free sequence of them,
+    and the enum lists each such sequence within minItems..maxItems. Values are strings,
+    integers, booleans and null only, where equality is identity of the JSON text (true is not
+    1 in JSON Schema). The enum constrains arrays only: a schema that also admits other
+    types gets `anyOf: [{"type": those}, {"enum": ...}]`. Refused with `prefixItems`, tuple
+    `items`, `contains`, a `$ref` in `items`, or above MAX_UNIQUE_ARRAYS arrays."""
+    if s.get("uniqueItems") is not True:
+        return
+    why = _unique_refusal(s, ctx)
+    if why is None:
+        domain = _domain(s["items"], ctx)
+        if isinstance(domain, str):
+            why = domain
+        else:
+            low = _count(s.get("minItems")) or 0
+            high = min(len(domain), _count(s.get("maxItems")) if "maxItems" in s else len(domain))
+            total = sum(math.perm(len(domain), k) for k in range(low, high + 1))
+            if low > high:
+                why = "no duplicate-free array satisfies minItems"
+            elif total > MAX_UNIQUE_ARRAYS:
+                why = (f"{total} duplicate-free arrays of {len(domain)} values, above the bound "
+                       f"of {MAX_UNIQUE_ARRAYS}")
+            else:
+                arrays = [list(p) for k in range(low, high + 1)
+                          for p in itertools.permutations(domain, k)]
+                del s["uniqueItems"]
+                _add_all_of(s, _only_arrays(s, {"enum": arrays}))
+                ctx.applied("uniqueItems as enum", f"{pointer}/uniqueItems")
+                return
+    ctx.refuse(pointer, "uniqueItems", why)
+
+
+def _unique_refusal(s: dict[str, Any], ctx: _Context) -> str | None:
+    if "prefixItems" in s or "contains" in s:
+        return "uniqueItems next to prefixItems or contains"
+    items = s.get("items")
+    if not isinstance(items, dict | bool):
+        return "uniqueItems without an items schema" if items is None else \
+            "uniqueItems with tuple items"
+    return None
+
+
+def _domain(items: Any, ctx: _Context) -> list[Any] | str:
+    """The finite set of values `items` admits, or why there is none to enumerate."""
+    if items is False:
+        return []
+    if not isinstance(items, dict):
+        return "uniqueItems over items that are not a finite set of values"
+    if any(k in json.dumps(items) for k in ('"$ref"', '"$dynamicRef"', '"$recursiveRef"')):
+        return "uniqueItems over items with a $ref"
+    if "const" in items:
+        values = [items["const"]]
+    elif isinstance(items.get("enum"), list):
+        values = list(items["enum"])
+    else:
+        types = items.get("type")
+        types = [types] if isinstance(types, str) else types
+        if not isinstance(types, list) or not types or \
+                not set(types) <= {"boolean", "null"}:
+            return "uniqueItems over items that are not a finite set of values"
+        values = ([True, False] if "boolean" in types else []) + \
+            ([None] if "null" in types else [])
+    if not all(v is None or isinstance(v, str | bool) or type(v) is int for v in values):
+        return "uniqueItems over values other than strings, integers, booleans and null"
+    validator = ctx.dialect(items, format_checker=ctx.dialect.FORMAT_CHECKER)
+    unique: dict[str, Any] = {}
+    for v in values:
+        if validator.is_valid(v):
+            unique.setdefault(json.dumps(v), v)
+    return list(unique.values())
+
+
+def _only_arrays(s: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` for arrays, every other instance passing, as `type` allows."""
+    t = s.get("type")
+    if t == "array" or t == ["array"]:
+        return schema
+    return {"anyOf": [{"type": _NOT_ARRAY}, schema]}
+
+
+# --- 6. contains over bounded arrays -------------------------------------------------------
+
+
+def _contains(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`contains: S` (at least `minContains` items, default 1, match S) on arrays with
+    `maxItems: m` -> `anyOf` over the sets P of positions, |P| = minContains, P within 0..m-1,
+    of `{"minItems": max(P)+1, "prefixItems": [S at the positions of P, {} elsewhere]}`.
+
+    Exact: an array has at least n items matching S exactly when some n of its positions hold
+    items matching S; positions are below maxItems, and `minItems` makes each position in P
+    exist (prefixItems alone passes shorter arrays). `items` and the other keywords of the
+    array still apply to every item (llguidance intersects them position by position).
+    `minContains: 0` makes `contains` hold for every array and drops it; a `maxContains` at or
+    above maxItems cannot fail and is dropped. Refused: another `maxContains` (it needs the
+    complement of S), no `maxItems`, more than MAX_CONTAINS_ALTERNATIVES position sets, and
+    `minContains` / `maxContains` in a dialect that does not define them."""
+    if "contains" not in s or ctx.referenced(pointer, "contains"):
+        return
+    for k in ("minContains", "maxContains"):
+        if k in s and not ctx.knows(k):
+            ctx.refuse(pointer, "contains", f"{k} is not a keyword of the schema's dialect")
+            return
+    high = _count(s.get("maxItems"))
+    need = _count(s.get("minContains"))
+    need = 1 if need is None else need
+    most = _count(s.get("maxContains"))
+    if most is not None and (high is None or most < high):
+        ctx.refuse(pointer, "contains", "maxContains below maxItems")
+        return
+    if need > 0 and high is None:
+        ctx.refuse(pointer, "contains", "contains on arrays without maxItems")
+        return
+    alternatives = math.comb(high, need) if high is not None and need > 0 else 0
+    if alternatives > MAX_CONTAINS_ALTERNATIVES:
+        ctx.refuse(pointer, "contains", f"{alternatives} position sets, above the bound of "
+                                        f"{MAX_CONTAINS_ALTERNATIVES}")
+        return
+    target = s.pop("contains")
+    s.pop("minContains", None)
+    s.pop("maxContains", None)
+    ctx.applied("contains as anyOf", f"{pointer}/contains")
+    if need == 0:
+        return
+    assert high is not None
+    branches = []
+    for positions in itertools.combinations(range(high), need):
+        prefix = [target if i in positions else {} for i in range(positions[-1] + 1)]
+        branches.append({"minItems": positions[-1] + 1, "prefixItems": prefix})
+    _add_all_of(s, _only_arrays(s, {"anyOf": branches} if branches else False))
+
+
+REWRITES: tuple[Callable[[dict[str, Any], str, _Context], None], ...] = (
+    _integers, _no_ops, _format, _dependencies, _unique_items, _contains)
