@@ -538,7 +538,6 @@ def test_named_tool_choice_is_exactly_one_call(name):
     """OpenAI: a named tool_choice makes the model call that function, once. A grammar that
     allowed more let Gemma repeat the forced call until max_tokens."""
     fmt = get_format(name)
-    tok, _ = synthetic_tokenizer(fmt.special_tokens)
     call = {"type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
     one = render_assistant(fmt, {"role": "assistant", "tool_calls": [call]}, "")
     two = render_assistant(fmt, {"role": "assistant", "tool_calls": [call, call]}, "")

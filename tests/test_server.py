@@ -427,3 +427,42 @@ def test_strict_tool_that_cannot_be_enforced_is_a_400(client):
     param = e.value.body["param"]
     assert param in (f"{TAG_POINTER}/tags/uniqueItems", f"{TAG_POINTER}/url/format"), param
     assert param.rsplit("/", 1)[1] in e.value.body["message"]
+
+
+# ---- guards per request and per server ------------------------------------------------------
+
+NOTE = {"type": "object", "properties": {"title": {"type": "string"},
+                                         "words": {"type": "array", "items": {"type": "string"}}},
+        "required": ["title", "words"], "additionalProperties": False}
+
+
+def _note(client, **extra: object):
+    return client.chat.completions.create(
+        model="random", messages=[{"role": "user", "content": "a note"}], max_tokens=300,
+        response_format={"type": "json_schema", "json_schema": {
+            "name": "note", "schema": NOTE, "strict": True}}, **extra)
+
+
+def test_request_sets_its_own_guards(client):
+    for seed in range(4):
+        r = _note(client, seed=seed, extra_body={"kaname": {"guards": {
+            "max_string_length": 5, "max_array_items": 2}}})
+        kaname = r.model_extra["kaname"]
+        assert kaname["guards"]["max_string_length"] == 5
+        assert kaname["guards"]["max_integer_digits"] == 15  # unset: the server's default
+        if r.choices[0].finish_reason == "stop":
+            note = json.loads(r.choices[0].message.content)
+            assert len(note["title"]) <= 5 and len(note["words"]) <= 2
+            assert all(len(w) <= 5 for w in note["words"])
+    with pytest.raises(openai.BadRequestError) as e:  # separators that would not be JSON
+        _note(client, extra_body={"kaname": {"guards": {"separators": ["x", ":"]}}})
+    assert "separators" in e.value.body["param"]
+
+
+def test_server_guard_defaults_from_the_command_line():
+    with ServerProcess("--model", "random", "--format", "qwen3", "--max-string-length", "3",
+                       "--max-integer-digits", "off") as s:
+        c = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0)
+        kaname = _note(c, seed=1).model_extra["kaname"]
+        assert kaname["guards"]["max_string_length"] == 3
+        assert kaname["guards"]["max_integer_digits"] is None

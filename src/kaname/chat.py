@@ -29,7 +29,7 @@ from .formats import (
 from .formats.request import ReasoningMode, StrictLevel
 from .formats.template import render_template
 from .formats.tool_checks import ToolCheck, call_verdicts, check_tools, not_enforced
-from .grammar import GrammarCompiler, Lark
+from .grammar import GrammarCompiler, Guards, Lark
 
 
 @dataclass
@@ -67,14 +67,17 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                  response_format: Mapping[str, Any] | None = None,
                  reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
                  strict_level: StrictLevel = "full",
-                 chat_template: str | None = None) -> PreparedTurn:
+                 chat_template: str | None = None,
+                 guards: Guards | None = None) -> PreparedTurn:
     """Render and build the grammar; ConstraintError (a 400) for what cannot be enforced.
-    `chat_template`: the model's own Jinja template renders the prompt instead of the spec."""
+    `chat_template`: the model's own Jinja template renders the prompt instead of the spec.
+    `guards`: this turn's (default: the compiler's)."""
     req = TurnRequest(tools=tools_from_openai(tools), tool_choice=tool_choice,
                       parallel_tool_calls=parallel_tool_calls, response_format=response_format,
                       reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
                       strict_level=strict_level)
-    guards = compiler.guards if compiler is not None else None
+    if guards is None and compiler is not None:
+        guards = compiler.guards
     checks = check_tools(fmt, req, compiler)
     lark = build_grammar(fmt, req, tokenizer, guards=guards, checks=checks)
     if chat_template is not None:

@@ -12,6 +12,9 @@ from typing import Any, NoReturn
 
 from .errors import ConstraintError, KanameError
 
+_GUARD_OPTIONS = ("max_integer_digits", "max_fraction_digits", "max_string_length",
+                  "max_array_items")
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -43,6 +46,15 @@ def _exit_codes(command: Callable[[argparse.Namespace], int]
             return 1
 
     return run
+
+
+def _guard_value(text: str) -> int | None:
+    """A guard's value on the command line: a positive integer, or `off`."""
+    if text == "off":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or off, got {text!r}")
+    return int(text)
 
 
 def _read_json(arg: str, what: str) -> Any:
@@ -203,6 +215,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .formats import get_format
+    from .grammar import Guards
     from .server import ServerConfig, build_app
 
     get_format(args.format)  # an unknown format fails here, with exit code 2
@@ -223,6 +236,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         strict_level=args.strict_level, max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
         max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0,
+        guards=Guards(**{k: v for k, v in vars(args).items() if k in _GUARD_OPTIONS}),
         chat_template=_chat_template(args.chat_template, args.model))
     app = build_app(config, _runtime_for_format)
     where = f"upstream {config.upstream}" if config.upstream else f"model {config.model}"
@@ -428,6 +442,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests waiting beyond those; more are answered 429")
     s.add_argument("--request-timeout", type=float, default=300.0, help="seconds (504 after)")
     s.add_argument("--max-tokens-limit", type=int, default=8192)
+    # defaults are Guards()'s (15, 8, off, off), read when serving: the parser imports nothing
+    for name, what in (("max-integer-digits", "digits of numbers without bounds"),
+                       ("max-fraction-digits", "decimals of numbers without multipleOf"),
+                       ("max-string-length", "maxLength of strings without one"),
+                       ("max-array-items", "maxItems of arrays without one")):
+        s.add_argument(f"--{name}", type=_guard_value, default=argparse.SUPPRESS,
+                       metavar="N|off", help=f"runaway guard: {what} (a request may set its "
+                                             "own in kaname.guards)")
     s.add_argument("--graceful-shutdown", type=float, default=30.0,
                    help="seconds in-flight requests get on shutdown")
     s.add_argument("--seed", type=int, default=None, help="seed of the random test models")

@@ -105,10 +105,12 @@ class Engine:
         lazy: bool = True,
         on_tokens: Callable[[list[int]], None] | None = None,
     ) -> GenerationResult:
-        """Generate text valid for `response_format` (any shape `to_constraint` accepts;
-        None = free text). Raises ConstraintError for a constraint that cannot be enforced.
-        `on_tokens` streams the committed token ids (see `decode`)."""
-        compiled = self.compile(response_format, guards=guards)
+        """Generate text valid for `response_format` (any shape `to_constraint` accepts, or a
+        CompiledConstraint from this engine's compiler; None = free text). Raises
+        ConstraintError for a constraint that cannot be enforced. `on_tokens` streams the
+        committed token ids (see `decode`)."""
+        compiled = response_format if isinstance(response_format, CompiledConstraint) \
+            else self.compile(response_format, guards=guards)
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
                                 min_p=min_p, seed=seed)
         tokens = self.runtime.tokenize(prompt) if isinstance(prompt, str) else list(prompt)

@@ -28,7 +28,7 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         # The grammar's special tokens are ids of this vocabulary: it must be the upstream's.
         tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer else \
             runtime_factory(config.model, fmt, config.seed).tokenizer
-        compiler = GrammarCompiler(tokenizer)
+        compiler = GrammarCompiler(tokenizer, guards=config.guards)
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend: Backend = UpstreamBackend(
             config.upstream, config.upstream_model or config.model_id(), config.model_id(),
@@ -37,7 +37,7 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
             request_timeout=config.request_timeout, dialect=config.upstream_dialect,
             end_marker=fmt.end_of_turn)
     else:
-        first = Engine(runtime_factory(config.model, fmt, config.seed))
+        first = Engine(runtime_factory(config.model, fmt, config.seed), guards=config.guards)
         compiler = first.compiler
         engines = [first] + [Engine(runtime_factory(config.model, fmt, config.seed),
                                     compiler=compiler)

@@ -106,6 +106,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             raise APIError(400, f"at most {config.max_tools} tools per request",
                            param="/tools")
         strict_level = req.strict_level or config.strict_level
+        guards = req.guards(backend.compiler.guards)
         prepared = prepare_turn(
             fmt, req.message_dicts(), backend.tokenizer, backend.compiler, tools=tools,
             tool_choice=req.tool_choice_name(),
@@ -113,7 +114,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             response_format=req.response_format_dict(),
             reasoning=req.reasoning_mode() if fmt.reasoning else "off",
             max_reasoning_tokens=req.max_reasoning_tokens, strict_level=strict_level,
-            chat_template=config.chat_template)
+            chat_template=config.chat_template, guards=guards)
         content_check, not_enforced = _check_content(backend, prepared.request.content)
         prompt = prepared.prompt_without_bos
         compiled = backend.compiler.compile(Lark(prepared.grammar))
@@ -123,7 +124,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         ext = {"format": fmt.name, "strict_level": strict_level,
                "grammar_hash": compiled.grammar_hash,
                "not_enforced": not_enforced + prepared.not_enforced,
-               "guards": asdict(backend.compiler.guards)}
+               "guards": asdict(guards)}
         call = _Call(backend, prompt, compiled, params, req.allow_unenforced,
                      prepared.request.tools, prepared.call_verdicts)
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -151,7 +152,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     async def completions(req: CompletionRequest, request: Request) -> Response:
         _check_common(backend, req.model, req.n)
         constraint = req.constraint()
-        compiled = backend.compiler.compile(constraint)
+        compiled = backend.compiler.compile(constraint, guards=req.guards(backend.compiler.guards))
         prompt = req.prompt_text()
         params = _params(req, _budget(backend, prompt, req.max_tokens, 16, limit, "prompt"))
         ext = {"grammar_hash": compiled.grammar_hash, "constraint": type(constraint).__name__,

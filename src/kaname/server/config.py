@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from ..grammar import Guards
 
 
 @dataclass
@@ -31,6 +33,7 @@ class ServerConfig:
     default_max_tokens: int = 1024
     chat_template: str | None = None  # the model's Jinja template (else the format's spec)
     seed: int = 0                   # seed of the random/adversarial test models
+    guards: Guards = field(default_factory=Guards)  # defaults; a request's kaname.guards
 
     def concurrency(self) -> int:
         return self.max_concurrency or (64 if self.upstream else 1)

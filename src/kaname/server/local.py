@@ -71,8 +71,7 @@ class LocalBackend:
             stream.push(ids)
 
         def work():  # type: ignore[no-untyped-def]
-            # compiled.constraint hits the compile cache the caller just filled
-            return engine.generate(prompt, compiled.constraint, max_tokens=params.max_tokens,
+            return engine.generate(prompt, compiled, max_tokens=params.max_tokens,
                                    temperature=params.temperature, top_p=params.top_p,
                                    seed=params.seed, stop=params.stop, on_tokens=on_tokens)
 

@@ -6,12 +6,14 @@ Unknown fields are ignored, as OpenAI does. kaname's own fields (`strict_level`,
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConstraintError
-from ..grammar import Constraint, to_constraint
+from ..grammar import Constraint, Guards, to_constraint
 
 
 class _Loose(BaseModel):
@@ -75,6 +77,36 @@ class StreamOptions(_Loose):
     include_usage: bool = False
 
 
+class GuardsIn(_Loose):
+    """Runaway guards for this request (kaname's; see Guards). Unset fields keep the server's
+    defaults; null turns a guard off."""
+
+    separators: tuple[str, str] | None = None
+    max_whitespace: int | None = Field(default=None, ge=0, le=64)
+    max_integer_digits: int | None = Field(default=None, ge=1, le=308)
+    max_fraction_digits: int | None = Field(default=None, ge=0, le=300)
+    max_string_length: int | None = Field(default=None, ge=1)
+    max_array_items: int | None = Field(default=None, ge=1)
+
+    @field_validator("separators")
+    @classmethod
+    def _json_separators(cls, v: tuple[str, str] | None) -> tuple[str, str] | None:
+        # anything else would make the output not JSON
+        if v is not None and not (re.fullmatch(r"[ \t\n\r]*,[ \t\n\r]*", v[0])
+                                  and re.fullmatch(r"[ \t\n\r]*:[ \t\n\r]*", v[1])):
+            raise ValueError('separators are [",", ":"] with optional JSON whitespace around')
+        return v
+
+    def over(self, default: Guards) -> Guards:
+        return dataclasses.replace(default, **self.model_dump(exclude_unset=True))
+
+
+class KanameOptions(_Loose):
+    """The request's `kaname` object."""
+
+    guards: GuardsIn | None = None
+
+
 class _Sampling(_Loose):
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
@@ -85,6 +117,12 @@ class _Sampling(_Loose):
     n: int | None = Field(default=None, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    kaname: KanameOptions | None = None
+
+    def guards(self, default: Guards) -> Guards:
+        """The server's guards with what this request sets in `kaname.guards`."""
+        given = self.kaname.guards if self.kaname is not None else None
+        return default if given is None else given.over(default)
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
