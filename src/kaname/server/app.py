@@ -117,10 +117,10 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             chat_template=config.chat_template, guards=guards)
         content_check, not_enforced = _check_content(backend, prepared.request.content)
         prompt = prepared.prompt_without_bos
-        compiled = backend.compiler.compile(Lark(prepared.grammar))
         params = _params(req, _budget(backend, prompt, req.max_completion_tokens or
                                       req.max_tokens, config.default_max_tokens, limit,
                                       "messages"))
+        compiled = backend.compiler.compile(Lark(prepared.grammar))
         ext = {"format": fmt.name, "strict_level": strict_level,
                "grammar_hash": compiled.grammar_hash,
                "not_enforced": not_enforced + prepared.not_enforced,
@@ -152,9 +152,9 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     async def completions(req: CompletionRequest, request: Request) -> Response:
         _check_common(backend, req.model, req.n)
         constraint = req.constraint()
-        compiled = backend.compiler.compile(constraint, guards=req.guards(backend.compiler.guards))
         prompt = req.prompt_text()
         params = _params(req, _budget(backend, prompt, req.max_tokens, 16, limit, "prompt"))
+        compiled = backend.compiler.compile(constraint, guards=req.guards(backend.compiler.guards))
         ext = {"grammar_hash": compiled.grammar_hash, "constraint": type(constraint).__name__,
                "not_enforced": [asdict(n) for n in compiled.not_enforced],
                "caps": compiled.caps}
