@@ -39,9 +39,15 @@ def test_guards_bound_numbers_and_report_pointers():
     assert props["neg"] == SCHEMA["properties"]["neg"]  # narrowing under `not` would widen
     assert props["any"] == SCHEMA["properties"]["any"]
     assert props["list"]["maxItems"] == 12 and props["short"]["maxItems"] == 2
-    assert g.applied["max_array_items"]["at"] == ["/properties/list"]
+    # untyped values (no additionalProperties, arrays without items) are bounded too, and the
+    # caps name those places rather than kaname's own any-value definition
+    untyped = ["/additionalProperties", "/properties/list/items", "/properties/short/items"]
+    assert g.applied["untyped_values"]["at"] == untyped
+    assert g.applied["max_array_items"]["at"] == ["/properties/list", *untyped]
     assert "/properties/qty" in g.applied["max_integer_digits"]["at"]
-    assert g.applied["max_string_length"]["at"] == ["/properties/name"]
+    assert set(untyped) <= set(g.applied["max_integer_digits"]["at"])
+    assert g.applied["max_string_length"]["at"] == ["/properties/name", *untyped]
+    assert props["neg"] == SCHEMA["properties"]["neg"]  # nothing written under `not`
     assert SCHEMA["properties"]["qty"] == {"type": "integer"}  # the caller's dict is untouched
 
 
@@ -91,3 +97,32 @@ def test_negated_pattern_classes_exclude_escaped_characters(gemma, pattern, valu
     assert c.caps["no_quote_or_backslash_escapes"]["at"] == ["/pattern"]
     m = c.new_matcher()
     assert m.consume_tokens(gemma.tokenizer.tokenize_str('"ab"')) and m.is_accepting()
+
+
+@pytest.mark.parametrize("schema", [
+    {},
+    {"description": "anything"},
+    {"type": "object", "properties": {"a": {"type": "integer"}}},  # instructor's default
+    {"type": "object", "properties": {"x": {}, "y": True}, "required": ["x"]},
+    {"type": "array"},
+    {"type": "array", "prefixItems": [{"type": "string"}]},
+])
+def test_untyped_values_are_bounded_and_nothing_else_changes(gemma, schema):
+    """Where a schema leaves a value untyped the number caps still apply (on Gemma an extra
+    "price" key grew a 155-digit integer); every other valid value stays valid."""
+    c = GrammarCompiler(gemma.tokenizer).compile(JsonSchema(schema))
+    assert c.caps["untyped_values"]["at"]
+    fits = {"a": 1, "x": {"q": [1.5, None, "s", True]}, "y": [], "n": -123456789012345}
+    too_long = {"a": 1, "x": 1, "y": 1, "price": 10**30}
+    too_fine = {"a": 1, "x": 1, "y": 1, "p": 0.123456789}
+    declared = list(schema.get("properties", {}))
+    for value, ok in [(fits, True), (too_long, False), (too_fine, False)]:
+        # declared properties first: llguidance writes them in schema order
+        value = {**{k: value[k] for k in declared}, **value}
+        instance = value if schema.get("type") != "array" else ["s", value]
+        if not jsonschema.Draft202012Validator(schema).is_valid(instance):
+            continue
+        m = c.new_matcher()
+        text = json.dumps(instance)
+        assert (m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()) \
+            is ok, text

@@ -87,3 +87,44 @@ def test_kv_prefix_reuse_gives_the_same_logits():
     want = fresh.start(b).copy()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     assert int(np.argmax(got)) == int(np.argmax(want))
+
+
+def _numbers_outside_strings(text: str) -> list[str]:
+    """The JSON number literals of a (possibly cut-off) JSON text."""
+    numbers, i, in_string = [], 0, False
+    while i < len(text):
+        ch = text[i]
+        if in_string:
+            i += 2 if ch == "\\" else 1
+            in_string = ch != '"' if ch != "\\" else True
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch == "-" or ch.isdigit():
+            j = i + 1
+            while j < len(text) and (text[j].isdigit() or text[j] in ".eE+-"):
+                j += 1
+            numbers.append(text[i:j])
+            i = j
+            continue
+        i += 1
+    return numbers
+
+
+def test_untyped_extra_keys_keep_the_digit_cap(engine):
+    """instructor's default schema has no additionalProperties false. Greedy Gemma adds a
+    "price" key and, unguarded, writes a 144-digit integer under it (measured before untyped
+    values were bounded); the cap of 15 digits must hold there too."""
+    schema = {"properties": {"name": {"title": "Name", "type": "string"},
+                             "quantity": {"title": "Quantity", "type": "integer"}},
+              "required": ["name", "quantity"], "title": "Item", "type": "object"}
+    rf = {"type": "json_schema", "json_schema": {"name": "Item", "schema": schema}}
+    for prompt in ("Order: 3 gold bars, price 1000000000000000000000 yen each.\nJSON: ",
+                   "Stock: 5 apples at a price of 100000000000000000000 each.\nJSON: "):
+        r = engine.generate(prompt, rf, max_tokens=120)
+        numbers = _numbers_outside_strings(r.text)
+        assert numbers, r.text  # the model did write numbers
+        for n in numbers:
+            digits = n.lstrip("-").split(".")[0].split("e")[0].split("E")[0]
+            assert len(digits) <= 15, (n, r.text[:200])
+        assert r.enforced.caps["untyped_values"]["at"] == ["/additionalProperties"]

@@ -30,6 +30,7 @@ from ..errors import (
 from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
 from .guards import Guards
 from .lark import JSON_OBJECT_SCHEMA, constraint_lark, guarded_json, start_rule
+from .rewrite import rewrite_schema
 from .schema_walk import escape, format_pointers, keyword_pointers
 
 T = TypeVar("T")
@@ -186,35 +187,58 @@ class GrammarCompiler:
 
     def _compile_json(self, c: JsonSchema | JsonObject, g: Guards) -> CompiledConstraint:
         if isinstance(c, JsonObject):
-            user_schema: Any = {"type": "object"}
-            schema: Any = JSON_OBJECT_SCHEMA
-            strict = True
-        else:
-            user_schema = schema = _plain(c.schema)
-            strict = c.strict
-            _check_metaschema(user_schema)
-        expr, caps = guarded_json(schema, g, strict=strict)
+            return self._compile_schema(c, g, JSON_OBJECT_SCHEMA, {"type": "object"}, True,
+                                        rewrite=False)
+        user_schema = _plain(c.schema)
+        _check_metaschema(user_schema)
+        # Keywords llguidance refuses are rewritten into equivalent ones it enforces
+        # (rewrite.py, applied inside guarded_json); the post-check still validates against
+        # the user's schema.
+        try:
+            try:
+                return self._compile_schema(c, g, user_schema, user_schema, c.strict)
+            except ConstraintError as e:
+                if guarded_json(user_schema, g, strict=c.strict)[0] == \
+                        guarded_json(user_schema, g, strict=c.strict, rewrite=False)[0]:
+                    raise
+                if _names_a_user_keyword(e, user_schema):
+                    raise  # what still blocks the schema once the rest is rewritten
+            # Otherwise a rewrite never costs a schema nor changes its error: the original's
+            return self._compile_schema(c, g, user_schema, user_schema, c.strict,
+                                        rewrite=False)
+        except UnsupportedSchemaError as e:
+            better = _why_not_rewritten(e, rewrite_schema(user_schema).refused)
+            if better is e:
+                raise
+            raise better from e
+
+    def _compile_schema(self, c: JsonSchema | JsonObject, g: Guards, schema: Any,
+                        user_schema: Any, strict: bool, *,
+                        rewrite: bool = True) -> CompiledConstraint:
+        expr, caps = guarded_json(schema, g, strict=strict, rewrite=rewrite)
         lark = start_rule(expr)
         is_error, messages = _on_big_stack(lambda: llg.LLMatcher.validate_grammar_with_warnings(
             llg.LLMatcher.grammar_from_lark(lark), self.tokenizer, limits=self.limits))
         if is_error:
             raise _schema_error(messages[0] if messages else "unknown error", user_schema)
         not_enforced = () if strict else tuple(
-            _not_enforced(messages, user_schema) + self._coerced_one_of(schema, user_schema, g))
+            _not_enforced(messages, user_schema)
+            + self._coerced_one_of(schema, user_schema, g, rewrite=rewrite))
         compiled = self._finish(c, lark, InvalidSchemaError, "schema")
         compiled.schema = user_schema
         compiled.not_enforced = not_enforced
         compiled.caps = caps
         return compiled
 
-    def _coerced_one_of(self, schema: Any, user_schema: Any, g: Guards) -> list[NotEnforced]:
+    def _coerced_one_of(self, schema: Any, user_schema: Any, g: Guards, *,
+                        rewrite: bool = True) -> list[NotEnforced]:
         """Lenient compiles read a `oneOf` llguidance cannot prove exclusive as `anyOf` (a
         widening, and silent in llguidance): name it. Which one is known when a strict compile
         names it; if that compile fails for another reason first, every `oneOf` is named."""
         pointers = keyword_pointers(user_schema, "oneOf")
         if not pointers:
             return []
-        lark = start_rule(guarded_json(schema, g, strict=True)[0])
+        lark = start_rule(guarded_json(schema, g, strict=True, rewrite=rewrite)[0])
         is_error, messages = _on_big_stack(lambda: llg.LLMatcher.validate_grammar_with_warnings(
             llg.LLMatcher.grammar_from_lark(lark), self.tokenizer, limits=self.limits))
         if not is_error:
@@ -324,6 +348,39 @@ def _schema_error(message: str, schema: Any) -> ConstraintError:
     at = f" (at '{where.group(1)}')" if where else ""
     return UnsupportedSchemaError(f"schema cannot be enforced{at}: {message}",
                                   pointer=where.group(1) if where else None)
+
+
+def _names_a_user_keyword(e: ConstraintError, schema: Any) -> bool:
+    """Whether `e` is an unsupported keyword that the user's schema has at `e.pointer`."""
+    if not isinstance(e, UnsupportedSchemaError) or not e.keyword or not e.pointer \
+            or not e.pointer.endswith("/" + escape(e.keyword)):
+        return False
+    node = schema
+    for part in e.pointer.split("/")[1:]:
+        key = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return False
+    return True
+
+
+def _why_not_rewritten(e: UnsupportedSchemaError, refused: Mapping[str, str]
+                       ) -> UnsupportedSchemaError:
+    """`e`, naming an occurrence of its keyword that rewrite.py could not rewrite (rather than
+    one it did) and why not."""
+    pointer = e.pointer or ""
+    if pointer not in refused and e.keyword is not None:
+        pointer = next((p for p in refused if p.rsplit("/", 1)[-1] == escape(e.keyword)),
+                       pointer)
+    why = refused.get(pointer)
+    if why is None:
+        return e
+    message = e.message.replace(f"'{e.pointer}'", f"'{pointer}'", 1) if e.pointer else e.message
+    return UnsupportedSchemaError(f"{message} (not rewritten: {why})", keyword=e.keyword,
+                                  pointer=pointer)
 
 
 def _first(pointers: list[str]) -> str | None:

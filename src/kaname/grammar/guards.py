@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .schema_walk import subschemas
+from .schema_walk import escape, subschemas
 
 # Narrowing inside these would widen the whole schema (`not`), or change which branch
 # matches (`oneOf`, `if`), so they are left alone.
@@ -71,12 +71,40 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
 
 
+# A value of any type whose typed branches the guards can bound: what kaname writes wherever a
+# schema leaves a value untyped (`{}`, `true`, an object's implicit additional properties, an
+# array's implicit items), and what json_object content is made of.
+ANY_VALUE_NAME = "kaname_any"
+
+
+def _any_value(ref: dict[str, str]) -> dict[str, Any]:
+    return {"anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
+                      {"type": "string"}, {"type": "array", "items": dict(ref)},
+                      {"type": "object", "additionalProperties": dict(ref)}]}
+
+
+def _defs_key(root: dict[str, Any]) -> str:
+    """Where definitions live in this schema's dialect: llguidance resolves `#/$defs/...` in
+    a draft 4-7 schema only if it is written as `definitions`."""
+    dialect = root.get("$schema")
+    old = isinstance(dialect, str) and any(f"draft-0{n}" in dialect for n in (3, 4, 6, 7))
+    return "definitions" if old or ("definitions" in root and "$defs" not in root) else "$defs"
+# keywords that say nothing about which values are valid
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
+                          "deprecated", "readOnly", "writeOnly", "$schema"})
+
+
 def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
     """Return a narrowed copy of `schema` and which guards took effect (with pointers)."""
     out = copy.deepcopy(schema)
     applied: dict[str, Any] = {}
+    if out is True:
+        out = {}
     if not isinstance(out, dict):
         return GuardedSchema(out, applied)
+    untyped = _type_untyped_values(out) if _bounds_values(guards) else []
+    if untyped:
+        applied["untyped_values"] = {"at": untyped}
     for pointer, s in subschemas(out, skip=_NO_REWRITE):
         types = _types(s)
         if types & {"integer", "number"}:
@@ -91,7 +119,91 @@ def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
             s["maxItems"] = max(guards.max_array_items, int(floor))
             applied.setdefault("max_array_items", {"value": guards.max_array_items,
                                                    "at": []})["at"].append(pointer or "/")
+    if untyped:
+        _report_at_untyped(applied, untyped)
     return GuardedSchema(out, applied)
+
+
+def _report_at_untyped(applied: dict[str, Any], untyped: list[str]) -> None:
+    """A guard that took effect inside the any-value definition applies at the untyped places it stands for:
+    report those, not kaname's own definition."""
+    inside = ("/$defs/" + ANY_VALUE_NAME, "/definitions/" + ANY_VALUE_NAME)
+    for name, cap in applied.items():
+        at = cap.get("at")
+        if name == "untyped_values" or not isinstance(at, list):
+            continue
+        mine = [p for p in at if p.startswith(inside)]
+        if mine:
+            cap["at"] = list(dict.fromkeys([p for p in at if p not in mine] + untyped))
+
+
+_INTERSECTING = frozenset({"allOf", "dependentSchemas", "dependencies"})
+_BRANCHING = frozenset({"anyOf", "oneOf", "$ref"})
+
+
+def _intersects(s: dict[str, Any]) -> bool:
+    """Whether llguidance intersects schemas at this node: `allOf`, dependencies (which
+    rewrite.py turns into combinations), or a branch or `$ref` beside other keywords."""
+    keys = set(s) - _ANNOTATIONS
+    return bool(_INTERSECTING & keys) or (bool(_BRANCHING & keys) and len(keys) > 1)
+
+
+def _bounds_values(guards: Guards) -> bool:
+    return any(v is not None for v in (guards.max_integer_digits, guards.max_fraction_digits,
+                                       guards.max_string_length, guards.max_array_items))
+
+
+def _type_untyped_values(root: dict[str, Any]) -> list[str]:
+    """Make every value `root` leaves untyped a bounded any-value (`_any_value`), so that the guards reach it (seen on
+    Gemma: an instructor schema without additionalProperties false, a "price" key the model
+    added, and a 155-digit integer under it). The any-value accepts every JSON value, so this
+    changes nothing but what the guards then bound. Returns the pointers it wrote at.
+
+    Left alone: subschemas under `not` / `if` / `oneOf` (as every guard), schemas with an
+    `$id` below the root (a local `$ref` there would resolve against that `$id`), and schemas
+    where llguidance intersects subschemas (`allOf`, `anyOf`, a `$ref` beside other keywords,
+    dependencies): it cannot intersect the recursive any-value with itself ("Schema
+    intersection stack level exceeded", 13 of 350 JSONSchemaBench schemas lost)."""
+    nodes = list(subschemas(root, skip=_NO_REWRITE))
+    defs = _defs_key(root)
+    if any("$id" in s or "id" in s for p, s in nodes if p) or not isinstance(
+            root.get(defs, {}), dict) or ANY_VALUE_NAME in root.get(defs, {}):
+        return []
+    if any(_intersects(s) for _, s in subschemas(root)):
+        return []
+    ref = {"$ref": f"#/{defs}/{ANY_VALUE_NAME}"}
+    at: list[str] = []
+    for pointer, s in nodes:
+        where = pointer or "/"
+        if pointer and set(s) <= _ANNOTATIONS:  # `{}` or annotations only
+            s.clear()
+            s.update(ref)
+            at.append(where)
+            continue
+        types = _types(s)
+        objectish = "object" in types or (not types and ("properties" in s or
+                                                          "patternProperties" in s))
+        if objectish and s.get("additionalProperties", True) is True \
+                and "unevaluatedProperties" not in s:
+            s["additionalProperties"] = dict(ref)
+            at.append(f"{pointer}/additionalProperties")
+        if ("array" in types and s.get("items", True) is True and "unevaluatedItems" not in s
+                and not isinstance(s.get("items"), list)):
+            s["items"] = dict(ref)
+            at.append(f"{pointer}/items")
+        for key in ("properties", "$defs", "definitions", "patternProperties"):
+            children = s.get(key)
+            if isinstance(children, dict):
+                for name, child in children.items():
+                    if child is True:
+                        children[name] = dict(ref)
+                        at.append(f"{pointer}/{key}/{escape(name)}")
+    if not root or set(root) <= _ANNOTATIONS:  # the whole schema is any value
+        root["$ref"] = ref["$ref"]
+        at.append("/")
+    if at:
+        root.setdefault(defs, {})[ANY_VALUE_NAME] = _any_value(ref)
+    return at
 
 
 def _num(x: Any, default: float) -> float:

@@ -14,28 +14,13 @@ from typing import Any
 from ..errors import ConstraintError
 from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex, Text
 from .guards import Guards, apply_guards, escape_options, whitespace_options
+from .rewrite import rewrite_schema
 
 ANY_TEXT = "(?s:.*)"
 
-# OpenAI's json_object: any JSON object, its values bounded by the guards too (a plain
-# {"type": "object"} has untyped values, which the number guards cannot reach).
-_ANY_REF = {"$ref": "#/$defs/kaname_any"}
-JSON_OBJECT_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": _ANY_REF,
-    "$defs": {
-        "kaname_any": {
-            "anyOf": [
-                {"type": "null"},
-                {"type": "boolean"},
-                {"type": "number"},
-                {"type": "string"},
-                {"type": "array", "items": _ANY_REF},
-                {"type": "object", "additionalProperties": _ANY_REF},
-            ]
-        }
-    },
-}
+# OpenAI's json_object: any JSON object. Its values are untyped, which the guards make
+# bounded any-values (guards.py), so json_object gets the number caps too.
+JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
 
 def json_expr(schema: Any, guards: Guards, *, strict: bool = True) -> str:
@@ -45,15 +30,40 @@ def json_expr(schema: Any, guards: Guards, *, strict: bool = True) -> str:
     return guarded_json(schema, guards, strict=strict)[0]
 
 
-def guarded_json(schema: Any, guards: Guards, *, strict: bool = True
+def guarded_json(schema: Any, guards: Guards, *, strict: bool = True, rewrite: bool = True
                  ) -> tuple[str, dict[str, Any]]:
-    """(`json_expr`, the caps it applied: each guard that took effect, with pointers)."""
+    """(`json_expr`, the caps it applied: each guard that took effect, with pointers).
+    rewrite: then replace keywords llguidance refuses by equivalent ones it enforces
+    (rewrite.py; after the guards, so that these see and report the user's own schema), here,
+    so that every `%json` kaname writes says the same. A rewrite llguidance cannot build
+    where the schema as it was builds (lenient, or a limit such as llguidance's intersection
+    depth) is not made."""
     guarded = apply_guards(schema, guards)
     escapes, escape_at = escape_options(schema)
     options: dict[str, Any] = {**whitespace_options(guards), **escapes}
     if not strict:
         options.update(lenient=True, coerce_one_of=True)
-    body = guarded.schema
+    expr = _json_body(guarded.schema, options)
+    caps = dict(guarded.applied)
+    if escape_at:
+        caps["no_quote_or_backslash_escapes"] = {"at": escape_at}
+    rewritten = rewrite_schema(guarded.schema) if rewrite else None
+    if rewritten is not None and rewritten.changed:
+        better = _json_body(rewritten.schema, options)
+        if _builds(better) or not _builds(expr):
+            expr = better
+            if rewritten.unchecked_formats:
+                # enforced as their RFC / OpenAPI grammar, which the jsonschema post-check
+                # does not check: narrower than the post-check there
+                caps["formats_as_patterns"] = {"at": rewritten.unchecked_formats}
+    if guards.separators is not None:
+        caps["separators"] = {"value": list(guards.separators)}
+    elif guards.max_whitespace is not None:
+        caps["max_whitespace"] = {"value": guards.max_whitespace}
+    return expr, caps
+
+
+def _json_body(body: Any, options: dict[str, Any]) -> str:
     if body is True:
         body = {}
     elif body is False:
@@ -61,14 +71,19 @@ def guarded_json(schema: Any, guards: Guards, *, strict: bool = True
     if not isinstance(body, dict):
         raise ConstraintError(f"a JSON Schema is an object or a boolean, not "
                               f"{type(body).__name__}", pointer="")
-    caps = dict(guarded.applied)
-    if escape_at:
-        caps["no_quote_or_backslash_escapes"] = {"at": escape_at}
-    if guards.separators is not None:
-        caps["separators"] = {"value": list(guards.separators)}
-    elif guards.max_whitespace is not None:
-        caps["max_whitespace"] = {"value": guards.max_whitespace}
-    return "%json " + json.dumps({**body, "x-guidance": options}, ensure_ascii=False), caps
+    return "%json " + json.dumps({**body, "x-guidance": options}, ensure_ascii=False)
+
+
+def _builds(expr: str) -> bool:
+    """Whether llguidance builds the `%json` grammar (no tokenizer needed for that)."""
+    import llguidance as llg
+
+    from .compiler import _on_big_stack, default_limits  # compiler imports this module
+
+    grammar = llg.LLMatcher.grammar_from_lark(start_rule(expr))
+    is_error, _ = _on_big_stack(lambda: llg.LLMatcher.validate_grammar_with_warnings(
+        grammar, None, limits=default_limits()))
+    return not is_error
 
 
 def json_object_expr(guards: Guards) -> str:

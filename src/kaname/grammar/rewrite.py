@@ -8,7 +8,9 @@ instances) in which some keywords `%json` refuses are replaced by ones it compil
   at most one item, `minContains` / `maxContains` without `contains`);
 - `format`s llguidance does not know become anchored `pattern`s that are exactly the format
   (`byte`, `json-pointer`, `relative-json-pointer`, `uri-template`) or are dropped where the
-  format asserts nothing (OpenAPI's `binary`, `password`);
+  format asserts nothing (OpenAPI's `binary`, `password`). Where the jsonschema post-check
+  has no checker for the format (it then passes any string), that is narrower than the
+  post-check and reported in the caps (`formats_as_patterns`);
 - `dependentRequired`, `dependentSchemas` and draft 4-7 `dependencies` become `anyOf`s of
   "key absent" / "key and its dependencies present" (few keys only);
 - `uniqueItems: true` over a tiny finite item domain becomes an `enum` of the duplicate-free
@@ -33,7 +35,6 @@ import copy
 import itertools
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,6 @@ MAX_CONTAINS_ALTERNATIVES = 64  # position choices enumerated for one contains
 _INTEGER_KEYWORDS = ("maxLength", "minLength", "maxItems", "minItems", "maxProperties",
                      "minProperties", "maxContains", "minContains")
 _NOT_ARRAY = ["null", "boolean", "object", "number", "string"]
-_NOT_OBJECT = ["null", "boolean", "array", "number", "string"]
 # In these dialects `$ref` overrides its sibling keywords: those are not rewritten (jsonschema
 # ignores them, and a rewrite would make llguidance enforce more of them, not the same).
 _REF_OVERRIDES = (jsonschema.Draft3Validator, jsonschema.Draft4Validator,
@@ -64,6 +64,9 @@ class Rewritten:
     schema: Any
     applied: list[tuple[str, str]] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
+    # pointers of formats enforced as patterns that the jsonschema post-check does not check
+    # (it passes every string there): narrower than the post-check, so reported in the caps
+    unchecked_formats: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -91,7 +94,12 @@ class _Context:
     def knows(self, keyword: str) -> bool:
         """Whether the schema's dialect (the one the post-check validates with) defines
         `keyword`; a keyword it does not define is not guessed at."""
-        return not self.nested_dialects and keyword in self.dialect.VALIDATORS
+        if self.nested_dialects or self.dialect is jsonschema.Draft3Validator:
+            return False  # draft 3 (string dependencies, boolean required) is left alone
+        if keyword in ("minContains", "maxContains"):  # read by jsonschema's `contains`
+            return self.dialect in (jsonschema.Draft201909Validator,
+                                    jsonschema.Draft202012Validator)
+        return keyword in self.dialect.VALIDATORS
 
 
 def dialect_of(schema: Any) -> type[Any]:
@@ -109,8 +117,10 @@ def rewrite_schema(schema: Any) -> Rewritten:
     if not isinstance(out, dict):
         return result
     nodes = list(subschemas(out))
-    ctx = _Context(dialect_of(schema), _ref_fragments(out),
-                   any("$schema" in s for p, s in nodes if p), result)
+    dialect = dialect_of(schema)
+    ctx = _Context(dialect, _ref_fragments(out),
+                   any(dialect_of(s) is not dialect for p, s in nodes if p and "$schema" in s),
+                   result)
     # Bottom-up: a subschema is rewritten before a rewrite of its parent may move it.
     for pointer, s in reversed(nodes):
         _integers(s, pointer, ctx)
@@ -119,8 +129,8 @@ def rewrite_schema(schema: Any) -> Rewritten:
             continue
         _format(s, pointer, ctx)
         _dependencies(s, pointer, ctx)
+        _contains(s, pointer, ctx)  # before uniqueItems, which refuses next to contains
         _unique_items(s, pointer, ctx)
-        _contains(s, pointer, ctx)
     return result
 
 
@@ -182,8 +192,8 @@ def _no_ops(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     if s.get("uniqueItems") is False:
         del s["uniqueItems"]
         ctx.applied("uniqueItems: false", f"{pointer}/uniqueItems")
-    if s.get("uniqueItems") is True and _count(s.get("maxItems")) is not None \
-            and _count(s.get("maxItems")) <= 1:  # type: ignore[operator]
+    most = _count(s.get("maxItems"))
+    if s.get("uniqueItems") is True and most is not None and most <= 1:
         del s["uniqueItems"]
         ctx.applied("uniqueItems with maxItems <= 1", f"{pointer}/uniqueItems")
     if "contains" not in s:
@@ -252,7 +262,12 @@ def _format(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     and each pattern in FORMAT_PATTERNS is the format's grammar (its RFC's ABNF, regular,
     translated rule for rule), anchored at both ends. Next to an existing `pattern` the
     format's pattern goes into `allOf`, so both must hold, as before. The OpenAPI formats in
-    NO_ASSERTION_FORMATS constrain no string and are dropped."""
+    NO_ASSERTION_FORMATS constrain no string and are dropped.
+
+    Exact for the format, but where jsonschema has no checker for it (always for `byte`; for
+    the others unless its optional packages are installed) the post-check treats the format
+    as an annotation and passes any string: there the grammar is narrower than the post-check,
+    and the pointer is listed in `unchecked_formats` (the caps report it)."""
     fmt = s.get("format")
     if not isinstance(fmt, str):
         return
@@ -269,6 +284,8 @@ def _format(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     else:
         s["pattern"] = regex
     ctx.applied(f"format {fmt} as pattern", f"{pointer}/format")
+    if fmt not in ctx.dialect.FORMAT_CHECKER.checkers:
+        ctx.out.unchecked_formats.append(f"{pointer}/format")
 
 
 # --- 4. dependencies as anyOf --------------------------------------------------------------
@@ -288,25 +305,28 @@ def _dependencies(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     for a list D (D must be present when K is), or `required: [K]` with `allOf: [S]` for a
     schema S (the whole object must match S when K is present). The branches exclude each
     other, so exactly one applies to each object. A schema `true` (or an empty list) asks
-    nothing and is dropped; `false` leaves only "K absent". Refused (left as it is) above
+    nothing and is dropped, as are keys of D the object's `required` already lists; `false`
+    leaves only "K absent". Refused (left as it is) above
     MAX_DEPENDENCY_ALTERNATIVES combinations of branches, where a `$ref` points into the
     keyword, or where the schema's dialect does not define the keyword."""
-    alternatives: list[Any] = []
+    alternatives: list[list[Any]] = []
     moved: list[str] = []
+    required = s.get("required")
+    required = required if isinstance(required, list) else []
     for keyword in ("dependentRequired", "dependentSchemas", "dependencies"):
         value = s.get(keyword)
         if not isinstance(value, dict) or not ctx.knows(keyword) \
                 or ctx.referenced(pointer, keyword):
             continue
-        branches = [_dependency(k, v) for k, v in value.items()]
+        branches = [_dependency(k, v, required) for k, v in value.items()]
         if any(b is None for b in branches):
             ctx.refuse(pointer, keyword, "a dependency that is neither a list nor a schema")
             continue
-        alternatives += [b for b in branches if b != []]
+        alternatives += [b for b in branches if b]
         moved.append(keyword)
     if not moved:
         return
-    combinations = math.prod(len(b) for b in alternatives if isinstance(b, list))
+    combinations = math.prod(len(b) for b in alternatives)
     if combinations > MAX_DEPENDENCY_ALTERNATIVES:
         for keyword in moved:
             ctx.refuse(pointer, keyword, f"{combinations} combinations of dependencies, "
@@ -315,13 +335,15 @@ def _dependencies(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     for keyword in moved:
         del s[keyword]
         ctx.applied(f"{keyword} as anyOf", f"{pointer}/{keyword}")
-    _add_all_of(s, *(b[0] if len(b) == 1 else {"anyOf": b} for b in alternatives))
+    if alternatives:
+        _add_all_of(s, *(b[0] if len(b) == 1 else {"anyOf": b} for b in alternatives))
 
 
-def _dependency(key: str, value: Any) -> list[Any] | None:
-    """The branches for one dependency ([] when it asks nothing), None if not understood."""
+def _dependency(key: str, value: Any, required: list[Any]) -> list[Any] | None:
+    """The branches for one dependency ([] when it asks nothing), None if not understood.
+    Keys the object's own `required` lists are present anyway and need no branch."""
     if isinstance(value, list) and all(isinstance(d, str) for d in value):
-        needed = [d for d in dict.fromkeys(value) if d != key]
+        needed = [d for d in dict.fromkeys(value) if d != key and d not in required]
         return [_absent(key), {"required": [key, *needed]}] if needed else []
     if value is True or value == {}:
         return []
@@ -349,33 +371,34 @@ def _unique_items(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     `items`, `contains`, a `$ref` in `items`, or above MAX_UNIQUE_ARRAYS arrays."""
     if s.get("uniqueItems") is not True:
         return
-    why = _unique_refusal(s, ctx)
-    if why is None:
-        domain = _domain(s["items"], ctx)
-        if isinstance(domain, str):
-            why = domain
-        else:
-            low = _count(s.get("minItems")) or 0
-            high = min(len(domain), _count(s.get("maxItems")) if "maxItems" in s else len(domain))
-            total = sum(math.perm(len(domain), k) for k in range(low, high + 1))
-            if low > high:
-                why = "no duplicate-free array satisfies minItems"
-            elif total > MAX_UNIQUE_ARRAYS:
-                why = (f"{total} duplicate-free arrays of {len(domain)} values, above the bound "
-                       f"of {MAX_UNIQUE_ARRAYS}")
-            else:
-                arrays = [list(p) for k in range(low, high + 1)
-                          for p in itertools.permutations(domain, k)]
-                del s["uniqueItems"]
-                _add_all_of(s, _only_arrays(s, {"enum": arrays}))
-                ctx.applied("uniqueItems as enum", f"{pointer}/uniqueItems")
-                return
-    ctx.refuse(pointer, "uniqueItems", why)
+    domain = _unique_refusal(s) or _domain(s["items"], ctx)
+    if isinstance(domain, str):
+        ctx.refuse(pointer, "uniqueItems", domain)
+        return
+    low = _count(s.get("minItems")) or 0
+    most = _count(s.get("maxItems"))
+    high = len(domain) if most is None else min(most, len(domain))
+    total = 0
+    for k in range(low, high + 1):  # stops early: for 250 values the count has 500 digits
+        total += math.perm(len(domain), k)
+        if total > MAX_UNIQUE_ARRAYS:
+            break
+    if low > high:
+        ctx.refuse(pointer, "uniqueItems", "no duplicate-free array satisfies minItems")
+    elif total > MAX_UNIQUE_ARRAYS:
+        ctx.refuse(pointer, "uniqueItems", f"more than {MAX_UNIQUE_ARRAYS} duplicate-free "
+                                           f"arrays of {len(domain)} values")
+    else:
+        arrays = [list(p) for k in range(low, high + 1)
+                  for p in itertools.permutations(domain, k)]
+        del s["uniqueItems"]
+        _add_for_arrays(s, {"enum": arrays})
+        ctx.applied("uniqueItems as enum", f"{pointer}/uniqueItems")
 
 
-def _unique_refusal(s: dict[str, Any], ctx: _Context) -> str | None:
+def _unique_refusal(s: dict[str, Any]) -> str | None:
     if "prefixItems" in s or "contains" in s:
-        return "uniqueItems next to prefixItems or contains"
+        return "uniqueItems next to prefixItems or a contains that stayed"
     items = s.get("items")
     if not isinstance(items, dict | bool):
         return "uniqueItems without an items schema" if items is None else \
@@ -413,12 +436,16 @@ def _domain(items: Any, ctx: _Context) -> list[Any] | str:
     return list(unique.values())
 
 
-def _only_arrays(s: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    """`schema` for arrays, every other instance passing, as `type` allows."""
+def _add_for_arrays(s: dict[str, Any], schema: Any) -> None:
+    """Add `schema` to `allOf` for arrays only: where `type` admits other instances too (or
+    is absent), as `anyOf: [{"type": the others}, schema]`."""
     t = s.get("type")
-    if t == "array" or t == ["array"]:
-        return schema
-    return {"anyOf": [{"type": _NOT_ARRAY}, schema]}
+    types = [t] if isinstance(t, str) else t if isinstance(t, list) else None
+    if types == ["array"]:
+        _add_all_of(s, schema)
+    else:
+        others = _NOT_ARRAY if types is None else [x for x in types if x != "array"]
+        _add_all_of(s, {"anyOf": [{"type": others}, schema]})
 
 
 # --- 6. contains over bounded arrays -------------------------------------------------------
@@ -427,7 +454,8 @@ def _only_arrays(s: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
 def _contains(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     """`contains: S` (at least `minContains` items, default 1, match S) on arrays with
     `maxItems: m` -> `anyOf` over the sets P of positions, |P| = minContains, P within 0..m-1,
-    of `{"minItems": max(P)+1, "prefixItems": [S at the positions of P, {} elsewhere]}`.
+    of `{"minItems": max(P)+1, "prefixItems": [S at the positions of P, true elsewhere]}`
+    (`items: [...]` before draft 2020-12).
 
     Exact: an array has at least n items matching S exactly when some n of its positions hold
     items matching S; positions are below maxItems, and `minItems` makes each position in P
@@ -435,9 +463,15 @@ def _contains(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     array still apply to every item (llguidance intersects them position by position).
     `minContains: 0` makes `contains` hold for every array and drops it; a `maxContains` at or
     above maxItems cannot fail and is dropped. Refused: another `maxContains` (it needs the
-    complement of S), no `maxItems`, more than MAX_CONTAINS_ALTERNATIVES position sets, and
-    `minContains` / `maxContains` in a dialect that does not define them."""
-    if "contains" not in s or ctx.referenced(pointer, "contains"):
+    complement of S), no `maxItems`, more than MAX_CONTAINS_ALTERNATIVES position sets, tuple
+    `items` (drafts up to 2019-09), and `minContains` / `maxContains` in a dialect that does not
+    define them."""
+    if "contains" not in s or not ctx.knows("contains") or ctx.referenced(pointer, "contains"):
+        return
+    if isinstance(s.get("items"), list) or "additionalItems" in s:
+        # llguidance does not intersect tuple `items` with prefixItems position by position
+        # (measured: ["a"] then passed `items: [{"type": "string"}]` with contains)
+        ctx.refuse(pointer, "contains", "contains next to tuple items")
         return
     for k in ("minContains", "maxContains"):
         if k in s and not ctx.knows(k):
@@ -465,12 +499,12 @@ def _contains(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     if need == 0:
         return
     assert high is not None
+    # llguidance reads the dialect too: before 2020-12 a tuple is `items: [...]` (it ignores
+    # `prefixItems` there), from 2020-12 on `prefixItems`
+    tuple_keyword = "prefixItems" if ctx.dialect is jsonschema.Draft202012Validator else "items"
     branches = []
     for positions in itertools.combinations(range(high), need):
-        prefix = [target if i in positions else {} for i in range(positions[-1] + 1)]
-        branches.append({"minItems": positions[-1] + 1, "prefixItems": prefix})
-    _add_all_of(s, _only_arrays(s, {"anyOf": branches} if branches else False))
-
-
-REWRITES: tuple[Callable[[dict[str, Any], str, _Context], None], ...] = (
-    _integers, _no_ops, _format, _dependencies, _unique_items, _contains)
+        prefix = [copy.deepcopy(target) if i in positions else True
+                  for i in range(positions[-1] + 1)]
+        branches.append({"minItems": positions[-1] + 1, tuple_keyword: prefix})
+    _add_for_arrays(s, {"anyOf": branches} if branches else False)
