@@ -125,8 +125,8 @@ def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
 
 
 def _report_at_untyped(applied: dict[str, Any], untyped: list[str]) -> None:
-    """A guard that took effect inside the any-value definition applies at the untyped places it stands for:
-    report those, not kaname's own definition."""
+    """A guard that took effect inside the any-value definition applies at the untyped places
+    it stands for: report those, not kaname's own definition."""
     inside = ("/$defs/" + ANY_VALUE_NAME, "/definitions/" + ANY_VALUE_NAME)
     for name, cap in applied.items():
         at = cap.get("at")
@@ -154,15 +154,16 @@ def _bounds_values(guards: Guards) -> bool:
 
 
 def _type_untyped_values(root: dict[str, Any]) -> list[str]:
-    """Make every value `root` leaves untyped a bounded any-value (`_any_value`), so that the guards reach it (seen on
-    Gemma: an instructor schema without additionalProperties false, a "price" key the model
-    added, and a 155-digit integer under it). The any-value accepts every JSON value, so this
-    changes nothing but what the guards then bound. Returns the pointers it wrote at.
+    """Make every value `root` leaves untyped a bounded any-value (`_any_value`), so that the
+    guards reach it (seen on Gemma: an instructor schema without additionalProperties false, a
+    "price" key the model added, and a 144-digit integer under it). The any-value accepts
+    every JSON value, so this changes nothing but what the guards then bound. Returns the
+    pointers it wrote at.
 
     Left alone: subschemas under `not` / `if` / `oneOf` (as every guard), schemas with an
-    `$id` below the root (a local `$ref` there would resolve against that `$id`), and schemas
-    where llguidance intersects subschemas (`allOf`, `anyOf`, a `$ref` beside other keywords,
-    dependencies): it cannot intersect the recursive any-value with itself ("Schema
+    `$id` (or draft 4 `id`) below the root (a local `$ref` there would resolve against it), and
+    schemas where llguidance intersects subschemas (`allOf`, a `$ref` or `anyOf` beside other
+    keywords, dependencies): it cannot intersect the recursive any-value with itself ("Schema
     intersection stack level exceeded", 13 of 350 JSONSchemaBench schemas lost)."""
     nodes = list(subschemas(root, skip=_NO_REWRITE))
     defs = _defs_key(root)
