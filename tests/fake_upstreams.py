@@ -12,6 +12,8 @@ Behaviours:
   unenforced      ignores the grammar: streams UNENFORCED_TEXT, finish_reason "stop"
   long-fraction   streams LONG_FRACTION, a JSON object with a 9-digit fraction (past the guard)
   short-fraction  streams SHORT_FRACTION, the same with 8 digits (within it)
+  stop-string     streams STOPPED_TEXT, a JSON object cut before a ",", and finishes "stop" with
+                  vLLM's stop_reason "," (the request's stop string)
   stall-headers   answers 200 and SSE headers, then sends nothing
   stall-silent    accepts the connection, reads the request, sends nothing at all
   stall-midway    sends one good chunk, then nothing
@@ -38,6 +40,7 @@ OK_TEXT = "All good."
 UNENFORCED_TEXT = "hello world"
 LONG_FRACTION = '{"x": 0.123456789}'
 SHORT_FRACTION = '{"x": 0.12345678}'
+STOPPED_TEXT = '{"x": 1'
 CHARS_REASONING = "月に横浜市中区"
 CHARS_ANSWER = "横浜市中区 All good."
 CHARS_TEXT = f"<think>\n{CHARS_REASONING}\n</think>\n\n{CHARS_ANSWER}"
@@ -157,6 +160,12 @@ class FakeUpstream:
                 for ch in CHARS_TEXT:
                     event(ch)
                 event("", "stop")
+            elif fault == "stop-string":
+                event(STOPPED_TEXT)
+                send("data: " + json.dumps({"id": "cmpl-fake", "object": "text_completion",
+                                            "choices": [{"index": 0, "text": "",
+                                                         "finish_reason": "stop",
+                                                         "stop_reason": ","}]}) + "\n\n")
             elif fault in ("unenforced", "long-fraction", "short-fraction"):
                 text = {"unenforced": UNENFORCED_TEXT, "long-fraction": LONG_FRACTION,
                         "short-fraction": SHORT_FRACTION}[fault]

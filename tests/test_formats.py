@@ -545,3 +545,20 @@ def test_named_tool_choice_is_exactly_one_call(name):
     named = TurnRequest(tools=(WEATHER,), tool_choice="weather")
     assert _accepts(name, required, two) and _accepts(name, named, one)
     assert not _accepts(name, named, two)
+
+
+@pytest.mark.parametrize("name", [n for n, f in FORMATS.items() if f.tool_calls is not None])
+def test_a_tool_without_parameters_takes_no_arguments(name):
+    """OpenAI: omitting `parameters` defines a function with an empty parameter list."""
+    fmt = get_format(name)
+    req = TurnRequest(tools=(Tool("now"),), tool_choice="required")
+
+    def call(arguments: str) -> str:
+        return render_assistant(fmt, {"role": "assistant", "tool_calls": [
+            {"type": "function", "function": {"name": "now", "arguments": arguments}}]}, "")
+
+    assert _accepts(name, req, call("{}"))
+    assert not _accepts(name, req, call('{"currentTime": "noon"}'))
+    # below strict level full the arguments are any object, as documented
+    names = TurnRequest(tools=(Tool("now"),), tool_choice="required", strict_level="names")
+    assert _accepts(name, names, call('{"currentTime": "noon"}'))

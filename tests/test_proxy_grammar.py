@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_upstreams import LONG_FRACTION, SHORT_FRACTION, FakeUpstream
+from fake_upstreams import LONG_FRACTION, SHORT_FRACTION, STOPPED_TEXT, FakeUpstream
 from serverproc import ServerProcess
 
 from kaname.chat import prepare_turn
@@ -208,3 +208,20 @@ def test_upstream_400_reaches_the_client_as_400(fake_proxy):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == "context_length_exceeded" and "2048" in err["message"], err
+
+
+def test_stop_string_inside_constrained_output(fake_proxy):
+    """The upstream stopped at the request's stop string inside the JSON (vLLM says which in
+    stop_reason): a 200 with finish "stop" and the text so far, as on the local path — not a
+    502 blaming the upstream for a grammar it did enforce."""
+    r = httpx.post(fake_proxy.url + "/v1/completions", timeout=30, json={
+        "model": "random", "prompt": "FAULT:stop-string", "max_tokens": 50, "stop": [","],
+        "response_format": {"type": "json_object"}})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert (choice["text"], choice["finish_reason"]) == (STOPPED_TEXT, "stop")
+    # without the stop string in the request, stopping short of the grammar is not enforced
+    r = httpx.post(fake_proxy.url + "/v1/completions", timeout=30, json={
+        "model": "random", "prompt": "FAULT:stop-string", "max_tokens": 50,
+        "response_format": {"type": "json_object"}})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_not_enforced"

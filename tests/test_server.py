@@ -467,3 +467,17 @@ def test_server_guard_defaults_from_the_command_line():
         kaname = _note(c, seed=1).model_extra["kaname"]
         assert kaname["guards"]["max_string_length"] == 3
         assert kaname["guards"]["max_integer_digits"] is None
+
+
+def test_cut_off_content_is_judged_alike_streamed_or_not(client):
+    """A json_schema answer cut by max_tokens: content_valid is the same verdict both ways
+    (False for cut content, None where the cut came before any content: inside reasoning)."""
+    for extra, verdict in (({}, False), ({"reasoning_effort": "low"}, None)):
+        kwargs = {"model": "random", "messages": MESSAGES, "max_tokens": 4, "seed": 0,
+                  "response_format": {"type": "json_schema", "json_schema": {
+                      "name": "p", "schema": PERSON, "strict": True}}, **extra}
+        plain = client.chat.completions.create(**kwargs)
+        last = list(client.chat.completions.create(**kwargs, stream=True))[-1]
+        assert plain.choices[0].finish_reason == "length" == last.choices[0].finish_reason
+        assert plain.model_extra["kaname"]["content_valid"] is verdict
+        assert last.model_extra["kaname"]["content_valid"] is verdict

@@ -84,7 +84,11 @@ class Replay:
         self.sent = max(self.sent, len(valid))
         return out
 
-    def finish(self, finish_reason: str, end_marker: str) -> str:
+    def finish(self, finish_reason: str, end_marker: str, *,
+               stopped_by_string: bool = False) -> str:
+        """Check the end of the output; return the text not passed on yet. A "stop" must
+        complete the grammar (with `end_marker`, the end of turn an engine does not echo)
+        unless the upstream stopped at one of the request's stop strings."""
         if self.exact:
             self.text += self._decoder.decode(b"", final=True)
         else:
@@ -93,7 +97,10 @@ class Replay:
             # Engines do not echo the end-of-sequence token they stopped at: the turn's end
             # marker may be missing from the text.
             end = self.tok.tokenize_str(end_marker, parse_special=True) if end_marker else []
-            if not end or not self.m.consume_tokens(end) or not self.m.is_accepting():
+            probe = self.m.deep_copy()
+            if end and probe.consume_tokens(end) and probe.is_accepting():
+                self.m = probe
+                self.text += end_marker
+            elif not stopped_by_string:
                 raise NotEnforcedError("the upstream stopped before the grammar was complete")
-            self.text += end_marker
         return self._take()

@@ -208,10 +208,16 @@ def _rebase_refs(schema: Any, prefix: str) -> Any:
     return schema
 
 
+# OpenAI: "omitting parameters defines a function with an empty parameter list". Seen through
+# vLLM: a model given such a tool invented {"currentTime": ...} when any object was allowed.
+NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
+                                "additionalProperties": False}
+
+
 def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | None) -> str:
-    params: Any = {"type": "object"}
-    if tool is not None and req.strict_level == "full" and tool.parameters is not None:
-        params = tool.parameters
+    params: Any = {"type": "object"}  # strict levels names / off: any object
+    if tool is not None and req.strict_level == "full":
+        params = tool.parameters if tool.parameters is not None else NO_ARGUMENTS
     if s.layout == "json":
         name_schema: Any = {"type": "string"} if tool is None else {"const": tool.name}
         # the parameters move under properties/<args_key>: their local $refs move with them
@@ -235,13 +241,13 @@ def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any, strict: bool) -> st
     """Per-key arguments: the declared keys in property order, required ones present."""
     props = keyed.properties(params)
     key_open, value_open = b.lit(s.key_begin), b.lit(s.value_begin)
-    if props is None:
+    if props is None and params.get("additionalProperties") is not False:
         key = b.until(s.key_end)
         value = b.until(s.value_end)
         return f"({_seq(key_open, key, value_open, value)})*"
     required = set(params.get("required") or ())
     pairs = []
-    for k, prop in props.items():
+    for k, prop in (props or {}).items():
         pair = _seq(key_open, string_literal(k), b.lit(s.key_end), value_open,
                     _keyed_value(b, s, params, prop, strict))
         pairs.append(pair if k in required else f"({pair})?")

@@ -353,9 +353,10 @@ async def _stream_chat(call: _Call, fmt: ChatFormat, response_id: str, model: st
         message = turn.to_message()
         valid = _content_valid(content_check, message, finish)
     else:
-        finish, valid = "length", (False if content_check is not None else None)
+        finish = "length"
         message = parse_partial(fmt, parser.text, id_prefix=id_prefix,
                                 tools=call.tools).to_message()
+        valid = _content_valid(content_check, message, finish)  # as the non-streamed answer
     yield chunk({}, finish, kaname={**ext, "enforced": gen.enforced,
                                     "not_enforced_reason": gen.not_enforced_reason,
                                     "content_valid": valid,

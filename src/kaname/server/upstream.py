@@ -96,6 +96,7 @@ class UpstreamBackend:
             body["stop"] = params.stop
         replay = Replay(compiled, self.tokenizer)
         text, finish = "", None
+        stop_reason: Any = None  # vLLM's: the stop string (or token id) it stopped at
         usage: dict[str, Any] = {}
         unenforced: str | None = None
         async with self._client.stream("POST", f"{self.url}/completions", json=body) as r:
@@ -110,6 +111,8 @@ class UpstreamBackend:
                     chunk = choices[0].get("text") or "" if choices else ""
                     ids = choices[0].get("token_ids") if choices else None
                     finish = (choices[0].get("finish_reason") if choices else None) or finish
+                    if choices and choices[0].get("stop_reason") is not None:
+                        stop_reason = choices[0]["stop_reason"]
                     usage = event.get("usage") or usage
                     if ids is not None and not all(isinstance(i, int) for i in ids):
                         raise TypeError("token_ids")
@@ -137,7 +140,12 @@ class UpstreamBackend:
                            code="upstream_garbled")
         if unenforced is None:
             try:
-                rest = replay.finish(finish, self.end_marker)
+                # Stopped by one of the request's stop strings (vLLM names it in stop_reason; an
+                # upstream that does not say is taken at its word when stop strings were
+                # given): what came so far was checked, the rest of the grammar is not owed.
+                by_string = bool(params.stop) and (stop_reason is None
+                                                   or stop_reason in params.stop)
+                rest = replay.finish(finish, self.end_marker, stopped_by_string=by_string)
                 if rest and sink is not None:
                     sink(rest, [])
                 text = replay.text
