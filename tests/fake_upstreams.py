@@ -12,6 +12,8 @@ Behaviours:
   unenforced      ignores the grammar: streams UNENFORCED_TEXT, finish_reason "stop"
   long-fraction   streams LONG_FRACTION, a JSON object with a 9-digit fraction (past the guard)
   short-fraction  streams SHORT_FRACTION, the same with 8 digits (within it)
+  line-separator  streams SEPARATED_TEXT with its U+2028 / U+0085 written raw in the JSON (as
+                  vLLM and pydantic write them), finish "stop"
   stop-string     streams STOPPED_TEXT, a JSON object cut before a ",", and finishes "stop" with
                   vLLM's stop_reason "," (the request's stop string)
   stall-headers   answers 200 and SSE headers, then sends nothing
@@ -41,6 +43,7 @@ UNENFORCED_TEXT = "hello world"
 LONG_FRACTION = '{"x": 0.123456789}'
 SHORT_FRACTION = '{"x": 0.12345678}'
 STOPPED_TEXT = '{"x": 1'
+SEPARATED_TEXT = "All\u2028good\x85 here."
 CHARS_REASONING = "月に横浜市中区"
 CHARS_ANSWER = "横浜市中区 All good."
 CHARS_TEXT = f"<think>\n{CHARS_REASONING}\n</think>\n\n{CHARS_ANSWER}"
@@ -159,6 +162,13 @@ class FakeUpstream:
             elif fault == "chars":
                 for ch in CHARS_TEXT:
                     event(ch)
+                event("", "stop")
+            elif fault == "line-separator":
+                for p in pieces(SEPARATED_TEXT):
+                    send("data: " + json.dumps({"id": "cmpl-fake", "object": "text_completion",
+                                                "choices": [{"index": 0, "text": p,
+                                                             "finish_reason": None}]},
+                                               ensure_ascii=False) + "\n\n")
                 event("", "stop")
             elif fault == "stop-string":
                 event(STOPPED_TEXT)

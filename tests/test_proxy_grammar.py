@@ -13,7 +13,13 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_upstreams import LONG_FRACTION, SHORT_FRACTION, STOPPED_TEXT, FakeUpstream
+from fake_upstreams import (
+    LONG_FRACTION,
+    SEPARATED_TEXT,
+    SHORT_FRACTION,
+    STOPPED_TEXT,
+    FakeUpstream,
+)
 from serverproc import ServerProcess
 
 from kaname.chat import prepare_turn
@@ -225,3 +231,22 @@ def test_stop_string_inside_constrained_output(fake_proxy):
         "model": "random", "prompt": "FAULT:stop-string", "max_tokens": 50,
         "response_format": {"type": "json_object"}})
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_not_enforced"
+
+
+def test_unicode_line_separators_do_not_split_events(fake_proxy):
+    """U+2028 and U+0085 are line breaks to str.splitlines (and httpx's aiter_lines) but not to
+    SSE; an upstream writes them raw in JSON. The proxy reads the event whole, and its own
+    events escape them, so a client splitting lines that way reads them whole too."""
+    body = {"model": "random", "max_tokens": 50,
+            "messages": [{"role": "user", "content": "FAULT:line-separator"}]}
+    r = httpx.post(fake_proxy.url + "/v1/chat/completions", timeout=30, json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == SEPARATED_TEXT
+    r = httpx.post(fake_proxy.url + "/v1/chat/completions", timeout=30,
+                   json={**body, "stream": True})
+    assert r.status_code == 200
+    lines = [ln for ln in r.text.splitlines() if ln]  # the splitting a careless client does
+    assert all(ln.startswith("data: ") for ln in lines), lines
+    events = [json.loads(ln[6:]) for ln in lines if ln != "data: [DONE]"]
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+    assert text == SEPARATED_TEXT

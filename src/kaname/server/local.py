@@ -85,7 +85,11 @@ class LocalBackend:
         cfut = self._executor.submit(work)
         cfut.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
         try:
-            result = await asyncio.shield(asyncio.wrap_future(cfut))
+            wrapped = asyncio.wrap_future(cfut)
+            # retrieved here too: a cancelled request no longer awaits it ("exception was
+            # never retrieved" for the generation's expected _Stop)
+            wrapped.add_done_callback(lambda f: f.cancelled() or f.exception())
+            result = await asyncio.shield(wrapped)
         except asyncio.CancelledError:
             cancel.set()
             raise

@@ -20,8 +20,13 @@ from .errors import api_error
 DONE = "data: [DONE]\n\n"
 
 
+# Characters str.splitlines (and so clients such as httpx) take for line breaks that JSON
+# leaves raw: escaped, so that no generated text can split an event.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def event(obj: dict[str, Any]) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+    return f"data: {json.dumps(obj, ensure_ascii=False).translate(_LINE_BREAKS)}\n\n"
 
 
 async def framed(events: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[str, None]:

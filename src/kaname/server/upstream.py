@@ -181,9 +181,23 @@ def _upstream_refusal(status: int, body: bytes) -> APIError:
     return APIError(502, f"upstream answered {status}: {detail[:300]}", code="upstream_error")
 
 
+async def _sse_lines(r: httpx.Response) -> AsyncIterator[str]:
+    """The lines of an SSE stream, split where SSE splits them (CR, LF, CRLF). httpx's
+    aiter_lines splits like str.splitlines, also at U+2028, U+0085, ..., which JSON servers
+    (vLLM, pydantic) write raw inside strings: a model's text would cut an event in two."""
+    pending = ""
+    async for text in r.aiter_text():
+        pending += text
+        *lines, pending = pending.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        for line in lines:
+            yield line
+    if pending:
+        yield pending
+
+
 async def _sse_data(r: httpx.Response) -> AsyncIterator[str]:
     """The `data:` payloads of an SSE stream."""
-    async for line in r.aiter_lines():
+    async for line in _sse_lines(r):
         if line.startswith("data:"):
             yield line[5:].strip()
         elif line and not line.startswith((":", "event:", "id:", "retry:")):
