@@ -65,7 +65,8 @@ HANDMADE_TOOLS: dict[str, dict[str, Any]] = {
 
 
 def _compiles(tok: Any, compiler: GrammarCompiler, name: str, params: dict[str, Any]) -> bool:
-    tool = [{"type": "function", "function": {"name": name, "parameters": params}}]
+    tool = [{"type": "function", "function": {"name": name, "parameters": params,
+                                              "strict": True}}]
     try:
         prepare_turn(get_format("qwen3"), [{"role": "user", "content": "x"}], tok, compiler,
                      tools=tool, tool_choice="required")
@@ -117,12 +118,16 @@ def client(proxy) -> openai.OpenAI:
 
 def _tool_request(rng: random.Random, pool: dict[str, dict[str, Any]]) -> dict[str, Any]:
     names = rng.sample(sorted(pool), rng.randint(1, 3))
+    # strict: every argument schema is enforced, so every call must validate
     tools = [{"type": "function", "function": {
-        "name": n, "description": f"the {n} tool", "parameters": pool[n]}} for n in names]
+        "name": n, "description": f"the {n} tool", "parameters": pool[n], "strict": True}}
+        for n in names]
     choice: Any = rng.choice(["auto", "auto", "required", "named", "none"])
     if choice == "named":
         choice = {"type": "function", "function": {"name": rng.choice(names)}}
-    extra: dict[str, Any] = {}
+    # the guards a client sets where random text would not end strings and lists by chance
+    extra: dict[str, Any] = {"kaname": {"guards": {"max_string_length": 40,
+                                                   "max_array_items": 4}}}
     if rng.random() < 0.5:
         extra["chat_template_kwargs"] = {"enable_thinking": False}
     return {"model": "random", "max_tokens": MAX_TOKENS, "seed": rng.randrange(2**31),
