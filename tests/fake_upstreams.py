@@ -56,6 +56,7 @@ class FakeUpstream:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.models = ["fake-model"]  # what GET /v1/models lists
         self.stopping = threading.Event()
         owner = self
 
@@ -64,6 +65,13 @@ class FakeUpstream:
 
             def log_message(self, *args: object) -> None:  # quiet
                 pass
+
+            def do_GET(self) -> None:
+                if self.path.endswith("/models"):
+                    self._plain(200, {"object": "list", "data": [
+                        {"id": m, "object": "model"} for m in owner.models]})
+                else:
+                    self._plain(404, {"error": {"message": "not found"}})
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)

@@ -562,3 +562,20 @@ def test_a_tool_without_parameters_takes_no_arguments(name):
     # below strict level full the arguments are any object, as documented
     names = TurnRequest(tools=(Tool("now"),), tool_choice="required", strict_level="names")
     assert _accepts(name, names, call('{"currentTime": "noon"}'))
+
+
+def test_hermes_is_qwen3_without_reasoning():
+    """SmolLM2 under vLLM, offered qwen3's optional <think>, wrote one and spent its whole
+    budget there: a model that does not reason gets a format without the block."""
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Tokyo?"}]
+    tools = [WEATHER]
+    assert render_prompt(get_format("hermes"), messages, tools) == \
+        render_prompt(get_format("qwen3"), messages, tools)
+    call = '<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>'
+    think = "<think>\nhm\n</think>\n\n"
+    req = TurnRequest(tools=(WEATHER,), tool_choice="required")
+    assert _accepts("hermes", req, call) and not _accepts("hermes", req, think + call)
+    assert _accepts("qwen3", TurnRequest(tools=(WEATHER,), tool_choice="required",
+                                         reasoning="on"), think + call)
+    assert not _accepts("qwen3", req, think + call)  # qwen3 with reasoning off

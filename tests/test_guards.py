@@ -126,3 +126,35 @@ def test_untyped_values_are_bounded_and_nothing_else_changes(gemma, schema):
         text = json.dumps(instance)
         assert (m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()) \
             is ok, text
+
+
+@pytest.mark.parametrize("fmt, base", [("date-time", "2024-02-29T23:59:59"), ("time", "23:59:59")])
+def test_seconds_fraction_of_date_time_strings_is_bounded(gemma, fmt, base):
+    """A `format: date-time` string ran to max_tokens on fraction digits in front of vLLM:
+    the fraction cap bounds the seconds' fraction too (as a maxLength over the longest form)."""
+    schema = {"type": "object", "properties": {"at": {"type": "string", "format": fmt}},
+              "required": ["at"], "additionalProperties": False}
+    compiler = GrammarCompiler(gemma.tokenizer)
+    guarded = compiler.compile(JsonSchema(schema))
+    free = compiler.compile(JsonSchema(schema), guards=Guards(max_fraction_digits=None))
+    cls = jsonschema.Draft202012Validator
+    checker = cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+    def accepts(c, text: str) -> bool:
+        m = c.new_matcher()
+        return m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()
+
+    for digits in (0, 1, 8, 9, 40):
+        for offset in ("+01:00", "Z"):
+            frac = "." + "7" * digits if digits else ""
+            text = json.dumps({"at": base + frac + offset})
+            assert accepts(free, text)
+            # with "+HH:MM" the cap is exact; "Z" is 5 characters shorter, so 5 more digits fit
+            limit = 8 if offset != "Z" else 13
+            assert accepts(guarded, text) == (digits <= limit), text
+            checker.validate(json.loads(text))  # every one of them is valid: a narrowing only
+    applied = apply_guards(schema, Guards()).applied
+    assert applied["max_fraction_digits"]["at"] == ["/properties/at"]
+    # a user's own maxLength stays as it is
+    own = {"type": "string", "format": fmt, "maxLength": 64}
+    assert apply_guards(own, Guards()).schema == own

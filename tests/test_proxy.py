@@ -424,6 +424,25 @@ def test_completions_through_fake_upstream(fault_client, fault_proxy, fake_upstr
     _assert_healthy(fault_client, fault_proxy)
 
 
+def test_upstream_model_is_discovered(upstream):
+    """Without --upstream-model the proxy forwards the one model the upstream lists (vLLM
+    answered 404 to the proxy's own default name)."""
+    with ServerProcess(*MODEL, "--upstream", upstream.url + "/v1") as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        assert [m.id for m in client.models.list()] == ["random"]
+        assert _ask(client, "hello").choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("models", [["a", "b"], []])
+def test_upstream_serving_several_models_needs_upstream_model(models):
+    with FakeUpstream() as up:
+        up.models = models
+        with pytest.raises(RuntimeError) as e:
+            ServerProcess(*MODEL, "--upstream", up.url, startup_timeout=60)
+        assert f"serves {len(models)} models" in str(e.value)
+        assert "exited with 1" in str(e.value) and "--upstream-model" in str(e.value)
+
+
 def test_upstream_down_is_502_fast():
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     with ServerProcess(*MODEL, "--upstream", dead, "--upstream-model", "random",

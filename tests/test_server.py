@@ -183,6 +183,41 @@ def test_reasoning_switch(client):
     assert r.choices[0].finish_reason in ("stop", "length")
 
 
+@pytest.mark.parametrize("args", [("--format", "qwen3", "--reasoning", "off"),
+                                  ("--format", "hermes")])
+def test_a_model_that_does_not_reason_refuses_a_reasoning_request(args):
+    """The grammar side (no `<think>` is accepted) is test_hermes_is_qwen3_without_reasoning;
+    here the HTTP side: asking such a server for reasoning is a 400 naming the field."""
+    with ServerProcess("--model", "random", *args) as s:
+        c = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0)
+        off = c.chat.completions.create(model="random", messages=MESSAGES, max_tokens=5,
+                                        reasoning_effort="none")
+        assert off.choices[0].finish_reason in ("stop", "length")
+        for extra, param in (({"reasoning_effort": "high"}, "reasoning_effort"),
+                             ({"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}},
+                              "chat_template_kwargs.enable_thinking")):
+            with pytest.raises(openai.BadRequestError) as e:
+                c.chat.completions.create(model="random", messages=MESSAGES, max_tokens=5,
+                                          **extra)
+            assert e.value.body["param"] == param
+            assert "does not reason" in e.value.body["message"]
+
+
+def test_server_can_require_reasoning():
+    with ServerProcess("--model", "random", "--format", "qwen3", "--reasoning",
+                       "required") as s:
+        c = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0)
+        seen = 0
+        for seed in range(4):
+            r = c.chat.completions.create(model="random", messages=MESSAGES, seed=seed,
+                                          max_tokens=200, extra_body={"max_reasoning_tokens": 5})
+            seen += (r.choices[0].message.model_extra or {}).get("reasoning_content") is not None
+        assert seen >= 3  # an empty block reads as None
+        off = c.chat.completions.create(model="random", messages=MESSAGES, seed=0, max_tokens=60,
+                                        reasoning_effort="none")
+        assert (off.choices[0].message.model_extra or {}).get("reasoning_content") is None
+
+
 def test_unsupported_strict_schema_is_400_naming_keyword(client):
     schema = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}
     with pytest.raises(openai.BadRequestError) as e:

@@ -218,7 +218,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .grammar import Guards
     from .server import ServerConfig, build_app
 
-    get_format(args.format)  # an unknown format fails here, with exit code 2
+    fmt = get_format(args.format)  # an unknown format fails here, with exit code 2
+    if args.reasoning in ("on", "required") and fmt.reasoning is None:
+        _fail(f"--reasoning {args.reasoning}: format {fmt.name} has no reasoning block")
     if args.tokenizer and not args.upstream:
         _fail("--tokenizer is for --upstream mode; a local model brings its own vocabulary")
     if args.upstream and not args.upstream.startswith(("http://", "https://")):
@@ -233,11 +235,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         upstream_api_key=args.upstream_api_key, upstream_dialect=args.upstream_dialect,
         tokenizer=args.tokenizer,
         served_model_name=args.served_model_name,
-        strict_level=args.strict_level, max_concurrency=args.max_concurrency,
+        strict_level=args.strict_level, reasoning=args.reasoning,
+        max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
         max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0,
         guards=Guards(**{k: v for k, v in vars(args).items() if k in _GUARD_OPTIONS}),
         chat_template=_chat_template(args.chat_template, args.model))
+    if config.upstream and not config.upstream_model:
+        from .server.upstream import discover_model
+        config.upstream_model = discover_model(config.upstream, config.upstream_api_key)
     app = build_app(config, _runtime_for_format)
     where = f"upstream {config.upstream}" if config.upstream else f"model {config.model}"
     print(f"kaname: serving {config.model_id()} ({where}, format {config.format}) on "
@@ -423,7 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--upstream", default=None, metavar="URL",
                    help="OpenAI-compatible base URL to send prompt + grammar to, e.g. "
                         "http://127.0.0.1:8001/v1")
-    s.add_argument("--upstream-model", default=None, help="model name at the upstream")
+    s.add_argument("--upstream-model", default=None,
+                   help="model name at the upstream (default: the one its /models lists)")
     s.add_argument("--upstream-api-key", default=None)
     s.add_argument("--tokenizer", default=None, metavar="tokenizer.json",
                    help="with --upstream: the upstream model's Hugging Face tokenizer.json "
@@ -432,6 +439,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vllm: structured_outputs.grammar (also kaname); sglang: ebnf")
     s.add_argument("--served-model-name", default=None, help="model id clients use")
     s.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
+    s.add_argument("--reasoning", choices=["on", "off", "required"], default=None,
+                   help="where a request does not say: the model may reason (on, the default "
+                        "for formats that reason), must (required), or does not (off: no "
+                        "request can switch it on)")
     s.add_argument("--chat-template", default="auto", metavar="auto|spec|FILE.jinja",
                    help="prompt rendering: the GGUF's own Jinja template where it has one "
                         "(auto), the format's spec, or a template file")

@@ -1,4 +1,7 @@
-"""Qwen3 / Hermes: `<think>` reasoning, `<tool_call>{"name", "arguments"}</tool_call>` calls."""
+"""Qwen3 and Hermes: `<tool_call>{"name", "arguments"}</tool_call>` calls in ChatML turns;
+Qwen3 reasons in `<think>`, Hermes-style models (Qwen2.5, SmolLM2, Hermes 2/3) do not."""
+
+from dataclasses import replace
 
 from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
 
@@ -12,7 +15,6 @@ _TOOLS = (
 
 QWEN3 = ChatFormat(
     name="qwen3",
-    aliases=("hermes",),
     description="Qwen3 / Hermes: <think> reasoning, <tool_call> JSON calls, ChatML turns",
     source="Qwen3 chat_template (Qwen3-0.6B; the Qwen3 family shares it)",
     special_tokens=("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
@@ -33,4 +35,18 @@ QWEN3 = ChatFormat(
                               call_end="\n</tool_call>", separator="\n",
                               after_content="\n"),
     reasoning_history="after_last_user",
+)
+
+# The same turns and call syntax without a reasoning block: a model that was never trained to
+# reason must not be offered `<think>` (SmolLM2 under vLLM wrote one and spent its whole budget
+# there). Qwen2.5's template is Qwen3's without the reasoning parts (and with a default system
+# prompt of Qwen's own, not written here); vLLM's `hermes` parser reads these calls.
+HERMES = replace(
+    QWEN3,
+    name="hermes",
+    description="Hermes / Qwen2.5: <tool_call> JSON calls, ChatML turns, no reasoning",
+    source="Qwen2.5 chat_template (Qwen3's without <think>); vLLM's hermes tool parser",
+    special_tokens=tuple(t for t in QWEN3.special_tokens if "think" not in t),
+    reasoning=None,
+    reasoning_history="keep",
 )

@@ -109,6 +109,8 @@ def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
         types = _types(s)
         if types & {"integer", "number"}:
             _bound_number(s, pointer, "number" in types, guards, applied)
+        if s.get("format") in _FRACTION_FORMATS and guards.max_fraction_digits is not None:
+            _bound_seconds_fraction(s, pointer, guards.max_fraction_digits, applied)
         if "string" in types and guards.max_string_length is not None:
             if not any(k in s for k in ("maxLength", "enum", "const")):
                 s["maxLength"] = max(guards.max_string_length, _num(s.get("minLength"), 0))
@@ -234,6 +236,22 @@ def _bound_number(s: dict[str, Any], pointer: str, fractional: bool, guards: Gua
         s["multipleOf"] = float(f"1e-{guards.max_fraction_digits}")
         applied.setdefault("max_fraction_digits", {"value": guards.max_fraction_digits,
                                                    "at": []})["at"].append(where)
+
+
+# RFC 3339 allows any number of digits in a time's fraction of a second, and a model can write
+# them until max_tokens (seen on vLLM with `format: date-time`). Everything else in these
+# formats has a fixed length, so a maxLength bounds the fraction: the longest form without it
+# is "YYYY-MM-DDTHH:MM:SS" + "." + "+HH:MM" (26 characters; "HH:MM:SS" + "." + "+HH:MM" is 15).
+_FRACTION_FORMATS = {"date-time": 26, "time": 15}
+
+
+def _bound_seconds_fraction(s: dict[str, Any], pointer: str, digits: int,
+                            applied: dict[str, Any]) -> None:
+    if any(k in s for k in ("maxLength", "enum", "const")):
+        return
+    s["maxLength"] = _FRACTION_FORMATS[s["format"]] + digits
+    applied.setdefault("max_fraction_digits", {"value": digits, "at": []})["at"].append(
+        pointer or "/")
 
 
 def whitespace_options(guards: Guards) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from .backend import Backend
 from .config import ServerConfig
 from .local import LocalBackend
 from .metrics import Metrics
-from .upstream import UpstreamBackend
+from .upstream import UpstreamBackend, discover_model
 
 
 def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
@@ -31,7 +31,9 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         compiler = GrammarCompiler(tokenizer, guards=config.guards)
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend: Backend = UpstreamBackend(
-            config.upstream, config.upstream_model or config.model_id(), config.model_id(),
+            config.upstream,
+            config.upstream_model or discover_model(config.upstream, config.upstream_api_key),
+            config.model_id(),
             tokenizer, compiler, metrics, api_key=config.upstream_api_key,
             max_concurrency=config.concurrency(), max_queue=config.max_queue,
             request_timeout=config.request_timeout, dialect=config.upstream_dialect,

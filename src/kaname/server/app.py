@@ -112,7 +112,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             tool_choice=req.tool_choice_name(),
             parallel_tool_calls=req.parallel_tool_calls is not False,
             response_format=req.response_format_dict(),
-            reasoning=req.reasoning_mode() if fmt.reasoning else "off",
+            reasoning=config.reasoning_for(fmt, req.reasoning_asked()),
             max_reasoning_tokens=req.max_reasoning_tokens, strict_level=strict_level,
             chat_template=config.chat_template, guards=guards)
         content_check, not_enforced = _check_content(backend, prepared.request.content)

@@ -16,6 +16,14 @@ from ..errors import ConstraintError
 from ..grammar import Constraint, Guards, to_constraint
 
 
+@dataclasses.dataclass(frozen=True)
+class ReasoningAsk:
+    """A request's reasoning switch: the mode it asks for and the field that asked (for errors)."""
+
+    mode: Literal["off", "required"]
+    param: str
+
+
 class _Loose(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -159,18 +167,24 @@ class ChatCompletionRequest(_Sampling):
             return "auto" if self.tools else "none"
         return choice if isinstance(choice, str) else choice.function.name
 
-    def reasoning_mode(self) -> Literal["on", "off", "required"]:
-        """Unset: the model may reason. Switched off (reasoning_effort "none",
-        enable_thinking false): no reasoning block. Asked for (an effort, or enable_thinking
-        true): the turn starts with one, as reasoning models' templates make it."""
+    def reasoning_asked(self) -> ReasoningAsk | None:
+        """What the request says about reasoning, and in which field; None when it says
+        nothing. Switched off: reasoning_effort "none" or enable_thinking false. Asked for: an
+        effort, or enable_thinking true (the turn then starts with a reasoning block, as
+        reasoning models' templates make it)."""
         kwargs = self.chat_template_kwargs or {}
-        thinking = kwargs.get("enable_thinking", kwargs.get("thinking"))
+        key = "enable_thinking" if "enable_thinking" in kwargs else "thinking"
+        thinking = kwargs.get(key)
         effort = (self.reasoning_effort or "").lower()
-        if thinking is False or effort == "none":
-            return "off"
-        if thinking is True or effort in ("minimal", "low", "medium", "high"):
-            return "required"
-        return "on"
+        if thinking is False:
+            return ReasoningAsk("off", f"chat_template_kwargs.{key}")
+        if effort == "none":
+            return ReasoningAsk("off", "reasoning_effort")
+        if thinking is True:
+            return ReasoningAsk("required", f"chat_template_kwargs.{key}")
+        if effort in ("minimal", "low", "medium", "high"):
+            return ReasoningAsk("required", "reasoning_effort")
+        return None
 
     def response_format_dict(self) -> dict[str, Any] | None:
         rf = self.response_format

@@ -17,12 +17,31 @@ import httpx
 import llguidance as llg
 
 from ..decoding.replay import Replay
-from ..errors import NotEnforcedError
+from ..errors import ModelError, NotEnforcedError
 from ..grammar import CompiledConstraint, GrammarCompiler
 from .admission import Admission, Slot
 from .backend import Generated, GenParams, TextSink
 from .errors import APIError
 from .metrics import Metrics
+
+
+def discover_model(url: str, api_key: str | None, timeout: float = 10.0) -> str:
+    """The one model an upstream serves, from its `GET /models`: what a proxy started without
+    --upstream-model forwards (its own default name would get vLLM's 404)."""
+    url = url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(f"{url}/models", headers=headers, timeout=timeout)
+        r.raise_for_status()
+        ids = [str(m["id"]) for m in r.json()["data"]]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"--upstream-model not given and GET {url}/models failed "
+                         f"({type(e).__name__}: {e}); start kaname once the upstream is up, "
+                         "or pass --upstream-model") from None
+    if len(ids) != 1:
+        raise ModelError(f"--upstream-model not given and {url} serves {len(ids)} models "
+                         f"({', '.join(ids) or 'none'}); pass --upstream-model NAME")
+    return ids[0]
 
 
 class UpstreamBackend:
