@@ -63,6 +63,8 @@ serve() {
     # `vllm serve` fails in this wheel (PackageNotFoundError: vllm); the module entry point works.
     # On CPU --gpu-memory-utilization is the share of RAM vLLM reserves (weights + KV cache);
     # its default, 0.92, fails to start beside anything else.
+    # vLLM's torch.compile cache goes beside the venv: the second start skips the compile.
+    export VLLM_CACHE_ROOT="$PWD/$ROOT/cache" HF_HUB_OFFLINE=1
     exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL" --served-model-name smollm2-135m-instruct \
         --host 127.0.0.1 --port "$port" \

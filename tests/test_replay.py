@@ -33,7 +33,8 @@ def test_token_ids_are_replayed_exactly(budget):
     m = compiled.new_matcher()
     assert m.consume_tokens(ids) and m.is_accepting()  # what the upstream generated is legal
     replay = Replay(compiled, tok)
-    out = replay.feed_tokens(ids[:2]) + replay.feed_tokens(ids[2:]) + replay.finish("stop", "")
+    out = replay.feed_tokens(ids[:2], "ab") + replay.feed_tokens(ids[2:], "\ufffd</think>") \
+        + replay.finish("stop", "")
     assert out == replay.text == "ab\ufffd</think>"
     assert replay.tokens == ids
 
@@ -52,18 +53,42 @@ def test_text_alone_cannot_prove_a_budget_cut_inside_a_character(budget):
 def test_token_ids_outside_the_grammar_are_refused(budget):
     tok, compiled, ids = budget
     replay = Replay(compiled, tok)
-    replay.feed_tokens(ids[:3])
+    replay.feed_tokens(ids[:3], "ab")
     with pytest.raises(NotEnforcedError, match="leave the grammar"):
-        replay.feed_tokens(tok.tokenize_str("c"))  # the budget is spent: only </think> is left
+        replay.feed_tokens(tok.tokenize_str("c"), "c")  # the budget is spent: only </think> is left
 
 
 def test_stopping_short_of_the_grammar_is_refused(budget):
     tok, compiled, ids = budget
     replay = Replay(compiled, tok)
-    replay.feed_tokens(ids[:2])
+    replay.feed_tokens(ids[:2], "ab")
     with pytest.raises(NotEnforcedError, match="before the grammar was complete"):
         replay.finish("stop", "")
     # unless the missing part is the end marker an engine does not echo
     replay = Replay(compiled, tok)
-    replay.feed_tokens(ids[:3])
+    replay.feed_tokens(ids[:3], "ab")
     assert replay.finish("stop", "</think>").endswith("</think>")
+
+
+def test_text_stops_where_the_upstream_stopped_at_a_stop_string():
+    """vLLM generates the tokens that spell a stop string but sends the text before it (and
+    holds back what may begin one). Replayed exactly, the tokens are checked, and the text
+    passed on is the upstream's: never the stop string (found in front of a real vLLM)."""
+    tok, _ = synthetic_tokenizer(get_format("qwen3").special_tokens)
+    compiled = GrammarCompiler(tok).compile(Lark('start: "{" /[a-z]+/ ", " /[a-z]+/ "}"'))
+    spelled = "{abc, de}"
+    ids = tok.tokenize_str(spelled)
+    pieces = [tok.decode_str([i]) for i in ids]
+    stop_at = spelled.index(",")  # the request's stop string: ","
+    replay = Replay(compiled, tok)
+    out, sent = "", ""
+    for i, piece in zip(ids, pieces, strict=True):
+        before = len(sent)
+        sent = spelled[:min(stop_at, before + len(piece))]  # what an upstream sends so far
+        out += replay.feed_tokens([i], sent[before:])
+        assert "," not in out
+        if before + len(piece) > stop_at:  # the upstream stopped here
+            break
+    out += replay.finish("stop", "", stopped_by_string=True)
+    assert out == replay.text == "{abc"
+    assert replay.tokens == ids[:len(replay.tokens)] and len(replay.tokens) > 1

@@ -22,10 +22,13 @@ class Replay:
     """Replays upstream output through kaname's own matcher as it streams: only text the
     grammar accepts is passed on.
 
-    `feed_tokens`: the upstream's token ids, consumed as they are; the text passed on is their
-    decoding. `feed`: text only; the last token of the text so far is held back, since more
-    text may merge into it, and a changed tokenization rolls the matcher back. One replay uses
-    one of the two."""
+    `feed_tokens`: the upstream's token ids, consumed as they are, with the text the upstream
+    sent for them; the text passed on is their decoding, as far as it agrees with the
+    upstream's text (an upstream holds back what may begin a stop string and drops the stop
+    string itself, while the tokens that spell it are generated all the same).
+    `feed`: text only; the last token of the text so far is held back, since more text may
+    merge into it, and a changed tokenization rolls the matcher back. One replay uses one of
+    the two."""
 
     def __init__(self, compiled: CompiledConstraint, tokenizer: llg.LLTokenizer):
         self.compiled = compiled
@@ -35,22 +38,35 @@ class Replay:
         self.tokens: list[int] = []
         self.sent = 0
         self.exact = False  # fed token ids
+        self.upstream_text = ""  # exact mode: the text the upstream sent with its tokens
+        self._agreed = 0  # exact mode: length of the common prefix of text and upstream_text
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def feed_tokens(self, ids: list[int]) -> str:
-        """Accept the upstream's next tokens; return the text they add."""
+    def feed_tokens(self, ids: list[int], text: str) -> str:
+        """Accept the upstream's next tokens (and the text it sent with them); return the text
+        that is now both checked and sent by the upstream."""
         self.exact = True
+        self.upstream_text += text
         if ids and not self.m.consume_tokens(ids):
             raise NotEnforcedError(f"the upstream's tokens leave the grammar at "
                                    f"{self.tok.decode_str(ids)[:60]!r}: "
                                    f"{self.m.get_error() or 'token not allowed'}")
         self.tokens += ids
         self.text += self._decoder.decode(self.tok.decode_bytes(ids))
-        return self._take()
+        return self._take(self._agreement())
 
-    def _take(self) -> str:
-        out = self.text[self.sent:]
-        self.sent = len(self.text)
+    def _agreement(self) -> int:
+        i, a, b = self._agreed, self.text, self.upstream_text
+        n = min(len(a), len(b))
+        while i < n and a[i] == b[i]:
+            i += 1
+        self._agreed = i
+        return i
+
+    def _take(self, upto: int | None = None) -> str:
+        end = len(self.text) if upto is None else upto
+        out = self.text[self.sent:end]
+        self.sent = max(self.sent, end)
         return out
 
     def _advance(self, target: list[int]) -> None:
@@ -91,6 +107,11 @@ class Replay:
         unless the upstream stopped at one of the request's stop strings."""
         if self.exact:
             self.text += self._decoder.decode(b"", final=True)
+            if stopped_by_string:
+                # the text ends where the upstream's does: before the stop string; the grammar
+                # checked every token up to there, and the rest of it is not owed
+                self.text = self.text[:self._agreement()]
+                return self._take()
         else:
             self._advance(self.tok.tokenize_str(self.text, parse_special=True))
         if finish_reason == "stop" and not self.m.is_accepting():

@@ -148,7 +148,8 @@ class UpstreamBackend:
                     try:
                         if ids is None and replay.exact:
                             raise NotEnforcedError("the upstream stopped sending token ids")
-                        out = replay.feed(chunk) if ids is None else replay.feed_tokens(ids)
+                        out = replay.feed(chunk) if ids is None else \
+                            replay.feed_tokens(ids, chunk)
                     except NotEnforcedError as e:
                         unenforced = str(e)
                         out = ""
