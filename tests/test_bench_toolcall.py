@@ -476,3 +476,15 @@ def test_k2vv_reference_scores_against_itself(tmp_path: Path) -> None:
     ours = {r["data_index"]: r["tool_calls_valid"]
             for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
     assert ours == theirs
+
+
+def test_seed_and_strict_tools_prepare_each_request() -> None:
+    from kaname.bench.toolcall_client import ClientConfig, prepare_request
+
+    raw = {"messages": [{"role": "_input", "content": "s"}], "tools": TOOLS, "stream": True}
+    plain = prepare_request(raw, ClientConfig(endpoint="http://x"), 7)
+    assert "seed" not in plain and "strict" not in plain["tools"][0]["function"]
+    req = prepare_request(raw, ClientConfig(endpoint="http://x", seed=100, strict_tools=True), 7)
+    assert req["seed"] == 107 and req["tools"][0]["function"]["strict"] is True
+    assert req["messages"][0]["role"] == "system"
+    assert "strict" not in raw["tools"][0]["function"]  # the caller's request is untouched

@@ -49,3 +49,38 @@ def test_chat_cli_with_a_template_file(tmp_path, capsys):
         main(["chat", "--model", "random", "--messages", messages, "--chat-template",
               str(tmp_path / "missing.jinja")])
     assert e.value.code == 2
+
+
+HERMES_CALLS = [{"id": "c1", "type": "function", "function": {
+    "name": "get_weather", "arguments": '{"city": "Paris"}'}}, {"id": "c2", "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "days": [1, 2]}'}}]
+HERMES_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather, ünïcode", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "now", "description": "The time"}}]
+
+
+@pytest.mark.parametrize("messages, tools", [
+    (MESSAGES, None),
+    (MESSAGES[1:], None),
+    (MESSAGES, HERMES_TOOLS),
+    (MESSAGES[1:], HERMES_TOOLS),
+    ([*MESSAGES, {"role": "assistant", "content": "Let me see.", "tool_calls": HERMES_CALLS},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+      {"role": "tool", "tool_call_id": "c2", "content": "rain"},
+      {"role": "assistant", "content": "Sunny, then rain."},
+      {"role": "user", "content": "Thanks"},
+      {"role": "assistant", "content": None, "tool_calls": HERMES_CALLS[:1]},
+      {"role": "tool", "tool_call_id": "c1", "content": "still sunny"}], HERMES_TOOLS),
+])
+def test_hermes_jinja_template_writes_the_hermes_prompt(messages, tools):
+    """scripts/hermes.jinja puts vLLM's own chat path on the prompt kaname's `hermes` format
+    writes, so that the side-by-side benchmark compares the same prompts."""
+    from pathlib import Path
+
+    from kaname.formats import render_template
+
+    template = (Path(__file__).resolve().parents[1] / "scripts" / "hermes.jinja").read_text()
+    parsed = tools_from_openai(tools)
+    assert render_template(template, messages, parsed) == \
+        render_prompt(get_format("hermes"), messages, parsed)

@@ -326,6 +326,11 @@ def _bench_toolcall_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 0)")
     p.add_argument("--stream", choices=["request", "on", "off"], default="request",
                    help="stream as each request says (K2VV's requests do), always, or never")
+    p.add_argument("--seed", type=int, default=None, metavar="N",
+                   help="seed each request with N + its line number (same sampling streamed or "
+                        "not, and on every endpoint that honours seeds)")
+    p.add_argument("--strict-tools", action="store_true",
+                   help='mark every function "strict": true (OpenAI\'s strict mode)')
     p.add_argument("--out", required=True, metavar="DIR",
                    help="writes summary.json, report.md and results.jsonl here")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

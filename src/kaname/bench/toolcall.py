@@ -431,7 +431,7 @@ def run_endpoint(requests: Sequence[tuple[int, dict[str, Any]]], config: Any,
     from .toolcall_client import Outcome, prepare_request, run_requests
 
     tools = {i: raw.get("tools") for i, raw in requests}
-    items = [(i, prepare_request(raw, config)) for i, raw in requests]
+    items = [(i, prepare_request(raw, config, i)) for i, raw in requests]
     records: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
     bar = Progress(TextColumn("[bold]toolcall"), BarColumn(bar_width=16), MofNCompleteColumn(),
@@ -512,7 +512,8 @@ def cli_main(args: argparse.Namespace) -> int:
                               api_key=args.api_key or os.environ.get("OPENAI_API_KEY"),
                               model=args.model, max_tokens=args.max_tokens, stream=args.stream,
                               concurrency=args.concurrency, timeout=args.timeout,
-                              retries=args.retries)
+                              retries=args.retries, seed=args.seed,
+                              strict_tools=args.strict_tools)
         records = run_endpoint(requests, config, progress=not args.no_progress,
                                partial=Path(args.out) / "results.jsonl")
     meta: dict[str, Any] = {"benchmark": "k2vv-toolcall", "endpoint": args.endpoint,
@@ -521,7 +522,8 @@ def cli_main(args: argparse.Namespace) -> int:
                             "limit": args.limit}
     if args.endpoint is not None:
         meta.update(concurrency=args.concurrency, timeout_s=args.timeout,
-                    max_tokens=args.max_tokens, stream=args.stream, retries=args.retries)
+                    max_tokens=args.max_tokens, stream=args.stream, retries=args.retries,
+                    seed=args.seed, strict_tools=args.strict_tools)
     meta.update(started_at=started.isoformat(timespec="seconds"),
                 duration_s=round(time.perf_counter() - t0, 3))
     summary = summarize(records, reference, meta)

@@ -38,6 +38,8 @@ class ClientConfig:
     concurrency: int = 5
     timeout: float = 600.0
     retries: int = 0
+    seed: int | None = None  # each request's seed is seed + its data_index
+    strict_tools: bool = False  # mark every function `"strict": true`
 
     @property
     def url(self) -> str:
@@ -66,9 +68,18 @@ class RequestFailed(Exception):
             self.status_code in RETRYABLE_STATUS or self.status_code >= 500)
 
 
-def prepare_request(raw: dict[str, Any], config: ClientConfig) -> dict[str, Any]:
-    """K2VV's preparation: role `_input` becomes `system`; --model and --max-tokens override."""
+def prepare_request(raw: dict[str, Any], config: ClientConfig,
+                    data_index: int = 0) -> dict[str, Any]:
+    """K2VV's preparation: role `_input` becomes `system`; --model and --max-tokens override.
+    --seed gives request `data_index` the seed seed + data_index (the same sampling streamed
+    or not, and across endpoints); --strict-tools marks every function strict."""
     req = copy.deepcopy(raw)
+    if config.seed is not None:
+        req["seed"] = config.seed + data_index
+    if config.strict_tools:
+        for tool in req.get("tools") or []:
+            if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
+                tool["function"]["strict"] = True
     for message in req.get("messages") or []:
         if isinstance(message, dict) and message.get("role") == "_input":
             message["role"] = "system"
