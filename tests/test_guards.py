@@ -158,3 +158,5 @@ def test_seconds_fraction_of_date_time_strings_is_bounded(gemma, fmt, base):
     # a user's own maxLength stays as it is
     own = {"type": "string", "format": fmt, "maxLength": 64}
     assert apply_guards(own, Guards()).schema == own
+    long = {"type": "string", "format": fmt, "minLength": 60}
+    assert apply_guards(long, Guards()).schema["maxLength"] == 60  # still satisfiable

@@ -92,3 +92,14 @@ def test_text_stops_where_the_upstream_stopped_at_a_stop_string():
     out += replay.finish("stop", "", stopped_by_string=True)
     assert out == replay.text == "{abc"
     assert replay.tokens == ids[:len(replay.tokens)] and len(replay.tokens) > 1
+
+
+def test_a_decoding_that_differs_from_the_upstreams_text_does_not_stall_the_stream(budget):
+    """Two decoders may disagree on a character (a split UTF-8 character, a token without
+    bytes): what is passed on follows the length of the upstream's text, not its equality."""
+    tok, compiled, ids = budget
+    replay = Replay(compiled, tok)
+    assert replay.feed_tokens(ids[:2], "aX") == "ab"  # the checked tokens' text, as it comes
+    assert replay.feed_tokens(ids[2:3], "") == ""  # the upstream holds this character back
+    assert replay.feed_tokens(ids[3:], "?</think>") == "\ufffd</think>"
+    assert replay.finish("stop", "") == "" and replay.text == "ab\ufffd</think>"

@@ -218,9 +218,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .grammar import Guards
     from .server import ServerConfig, build_app
 
-    fmt = get_format(args.format)  # an unknown format fails here, with exit code 2
-    if args.reasoning in ("on", "required") and fmt.reasoning is None:
-        _fail(f"--reasoning {args.reasoning}: format {fmt.name} has no reasoning block")
+    get_format(args.format)  # an unknown format fails here, with exit code 2
     if args.tokenizer and not args.upstream:
         _fail("--tokenizer is for --upstream mode; a local model brings its own vocabulary")
     if args.upstream and not args.upstream.startswith(("http://", "https://")):
@@ -241,10 +239,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0,
         guards=Guards(**{k: v for k, v in vars(args).items() if k in _GUARD_OPTIONS}),
         chat_template=_chat_template(args.chat_template, args.model))
-    if config.upstream and not config.upstream_model:
-        from .server.upstream import discover_model
-        config.upstream_model = discover_model(config.upstream, config.upstream_api_key)
     app = build_app(config, _runtime_for_format)
+    config = app.state.config
     where = f"upstream {config.upstream}" if config.upstream else f"model {config.model}"
     print(f"kaname: serving {config.model_id()} ({where}, format {config.format}) on "
           f"http://{config.host}:{config.port}/v1", file=sys.stderr, flush=True)

@@ -23,9 +23,9 @@ class Replay:
     grammar accepts is passed on.
 
     `feed_tokens`: the upstream's token ids, consumed as they are, with the text the upstream
-    sent for them; the text passed on is their decoding, as far as it agrees with the
-    upstream's text (an upstream holds back what may begin a stop string and drops the stop
-    string itself, while the tokens that spell it are generated all the same).
+    sent for them; the text passed on is their decoding, no further than the upstream's text
+    reaches (an upstream holds back what may begin a stop string and drops the stop string
+    itself, while the tokens that spell it are generated all the same).
     `feed`: text only; the last token of the text so far is held back, since more text may
     merge into it, and a changed tokenization rolls the matcher back. One replay uses one of
     the two."""
@@ -39,7 +39,6 @@ class Replay:
         self.sent = 0
         self.exact = False  # fed token ids
         self.upstream_text = ""  # exact mode: the text the upstream sent with its tokens
-        self._agreed = 0  # exact mode: length of the common prefix of text and upstream_text
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def feed_tokens(self, ids: list[int], text: str) -> str:
@@ -53,15 +52,9 @@ class Replay:
                                    f"{self.m.get_error() or 'token not allowed'}")
         self.tokens += ids
         self.text += self._decoder.decode(self.tok.decode_bytes(ids))
-        return self._take(self._agreement())
-
-    def _agreement(self) -> int:
-        i, a, b = self._agreed, self.text, self.upstream_text
-        n = min(len(a), len(b))
-        while i < n and a[i] == b[i]:
-            i += 1
-        self._agreed = i
-        return i
+        # By length, not by comparing characters: the two decodings may differ (a split UTF-8
+        # character, a token without bytes), and a mismatch must not stall the stream.
+        return self._take(min(len(self.text), len(self.upstream_text)))
 
     def _take(self, upto: int | None = None) -> str:
         end = len(self.text) if upto is None else upto
@@ -110,7 +103,7 @@ class Replay:
             if stopped_by_string:
                 # the text ends where the upstream's does: before the stop string; the grammar
                 # checked every token up to there, and the rest of it is not owed
-                self.text = self.text[:self._agreement()]
+                self.text = self.text[:len(self.upstream_text)]
                 return self._take()
         else:
             self._advance(self.tok.tokenize_str(self.text, parse_special=True))

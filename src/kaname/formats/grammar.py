@@ -151,6 +151,9 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
 
     lead = ""
     r = fmt.reasoning
+    if r is None and req.reasoning == "required":
+        raise ConstraintError(f"reasoning required, but format {fmt.name} has no reasoning "
+                              "block", pointer="/reasoning")
     if r is not None:
         off = b.lit(r.off)
         if req.reasoning == "off":

@@ -32,7 +32,8 @@ class Guards:
     max_whitespace: with separators=None, whitespace characters allowed at each place JSON
         allows whitespace (0 = compact JSON; None = unbounded).
     max_integer_digits: digits before the decimal point of numbers without user bounds.
-    max_fraction_digits: digits after the decimal point of numbers without `multipleOf`.
+    max_fraction_digits: digits after the decimal point of numbers without `multipleOf`, and
+        of the seconds of `date-time` / `time` strings without maxLength (as a maxLength).
     max_string_length: maxLength for strings without maxLength, enum or const (off by
         default: strings may legitimately be long). Keep it generous: it also applies to
         `format` and `pattern` strings, and a cap below their shortest match leaves no output.
@@ -249,7 +250,8 @@ def _bound_seconds_fraction(s: dict[str, Any], pointer: str, digits: int,
                             applied: dict[str, Any]) -> None:
     if any(k in s for k in ("maxLength", "enum", "const")):
         return
-    s["maxLength"] = _FRACTION_FORMATS[s["format"]] + digits
+    # never below the user's minLength: that would leave no valid string
+    s["maxLength"] = max(_FRACTION_FORMATS[s["format"]] + digits, int(_num(s.get("minLength"), 0)))
     applied.setdefault("max_fraction_digits", {"value": digits, "at": []})["at"].append(
         pointer or "/")
 

@@ -3,6 +3,7 @@ in front of an upstream (vLLM / SGLang / another kaname) that enforces the gramm
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import llguidance as llg
 from fastapi import FastAPI
 
 from ..engine import Engine
-from ..errors import ModelError
+from ..errors import ConstraintError, ModelError
 from ..formats import get_format
 from ..grammar import GrammarCompiler
 from .app import create_app
@@ -24,6 +25,12 @@ from .upstream import UpstreamBackend, discover_model
 def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
     """`runtime_factory(model, fmt, seed)` makes one runtime (one per local replica)."""
     fmt = get_format(config.format)
+    if config.reasoning in ("on", "required") and fmt.reasoning is None:
+        raise ConstraintError(f"--reasoning {config.reasoning}: format {fmt.name} has no "
+                              "reasoning block")
+    if config.upstream and not config.upstream_model:
+        config = dataclasses.replace(
+            config, upstream_model=discover_model(config.upstream, config.upstream_api_key))
     if config.upstream:
         # The grammar's special tokens are ids of this vocabulary: it must be the upstream's.
         tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer else \
@@ -31,9 +38,7 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         compiler = GrammarCompiler(tokenizer, guards=config.guards)
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend: Backend = UpstreamBackend(
-            config.upstream,
-            config.upstream_model or discover_model(config.upstream, config.upstream_api_key),
-            config.model_id(),
+            config.upstream, config.upstream_model or config.model_id(), config.model_id(),
             tokenizer, compiler, metrics, api_key=config.upstream_api_key,
             max_concurrency=config.concurrency(), max_queue=config.max_queue,
             request_timeout=config.request_timeout, dialect=config.upstream_dialect,
@@ -47,7 +52,9 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend = LocalBackend(engines, config.model_id(), metrics, max_queue=config.max_queue,
                                request_timeout=config.request_timeout)
-    return create_app(config, backend, metrics)
+    app = create_app(config, backend, metrics)
+    app.state.config = config  # as resolved here (the upstream's model discovered)
+    return app
 
 
 def _load_tokenizer(path: str) -> llg.LLTokenizer:

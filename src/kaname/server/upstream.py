@@ -116,6 +116,7 @@ class UpstreamBackend:
         replay = Replay(compiled, self.tokenizer)
         text, finish = "", None
         stop_reason: Any = None  # vLLM's: the stop string (or token id) it stopped at
+        says_stop_reason = False  # vLLM sends the key in every chunk, null at end of sequence
         usage: dict[str, Any] = {}
         unenforced: str | None = None
         async with self._client.stream("POST", f"{self.url}/completions", json=body) as r:
@@ -130,8 +131,10 @@ class UpstreamBackend:
                     chunk = choices[0].get("text") or "" if choices else ""
                     ids = choices[0].get("token_ids") if choices else None
                     finish = (choices[0].get("finish_reason") if choices else None) or finish
-                    if choices and choices[0].get("stop_reason") is not None:
-                        stop_reason = choices[0]["stop_reason"]
+                    if choices and "stop_reason" in choices[0]:
+                        says_stop_reason = True
+                        stop_reason = choices[0]["stop_reason"] if \
+                            choices[0]["stop_reason"] is not None else stop_reason
                     usage = event.get("usage") or usage
                     if ids is not None and not all(isinstance(i, int) for i in ids):
                         raise TypeError("token_ids")
@@ -163,8 +166,8 @@ class UpstreamBackend:
                 # Stopped by one of the request's stop strings (vLLM names it in stop_reason; an
                 # upstream that does not say is taken at its word when stop strings were
                 # given): what came so far was checked, the rest of the grammar is not owed.
-                by_string = bool(params.stop) and (stop_reason is None
-                                                   or stop_reason in params.stop)
+                by_string = bool(params.stop) and (stop_reason in params.stop
+                                                   if says_stop_reason else True)
                 rest = replay.finish(finish, self.end_marker, stopped_by_string=by_string)
                 if rest and sink is not None:
                     sink(rest, [])
