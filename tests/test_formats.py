@@ -579,3 +579,6 @@ def test_hermes_is_qwen3_without_reasoning():
     assert _accepts("qwen3", TurnRequest(tools=(WEATHER,), tool_choice="required",
                                          reasoning="on"), think + call)
     assert not _accepts("qwen3", req, think + call)  # qwen3 with reasoning off
+    tok, _ = synthetic_tokenizer(get_format("hermes").special_tokens)
+    with pytest.raises(ConstraintError, match="no reasoning block"):
+        build_grammar(get_format("hermes"), TurnRequest(reasoning="required"), tok)

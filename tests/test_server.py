@@ -203,6 +203,12 @@ def test_a_model_that_does_not_reason_refuses_a_reasoning_request(args):
             assert "does not reason" in e.value.body["message"]
 
 
+def test_reasoning_for_a_format_without_it_fails_at_start():
+    with pytest.raises(RuntimeError) as e:
+        ServerProcess("--model", "random", "--format", "hermes", "--reasoning", "required")
+    assert "exited with 2" in str(e.value) and "has no reasoning block" in str(e.value)
+
+
 def test_server_can_require_reasoning():
     with ServerProcess("--model", "random", "--format", "qwen3", "--reasoning",
                        "required") as s:
