@@ -21,20 +21,29 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ServerProcess:
-    def __init__(self, *args: str, startup_timeout: float = 180.0, env: dict | None = None):
+class ManagedProcess:
+    """A server started as `argv(port)` in a session of its own on 127.0.0.1:<free port>,
+    ready once GET /health answers 200; stopped by PID (its process group, so that children
+    such as vLLM's engine core go with it)."""
+
+    name = "server"
+
+    def __init__(self, argv: list[str], *, startup_timeout: float = 180.0,
+                 env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"kaname-serve-{self.port}.log"
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / \
+            f"{self.name.replace(' ', '-')}-{self.port}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kaname.cli", "serve", "--port", str(self.port), *args],
-            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})})
+            [a.replace("{port}", str(self.port)) for a in argv], cwd=ROOT, stdout=self._log,
+            stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+            start_new_session=True)
         deadline = time.monotonic() + startup_timeout
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: "
+                                   f"{self.log()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
                     break
@@ -42,7 +51,8 @@ class ServerProcess:
                 pass
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"server did not start: {self.log()}")
+                raise RuntimeError(f"{self.name} did not start within {startup_timeout:.0f} s: "
+                                   f"{self.log()}")
             time.sleep(0.3)
 
     def log(self) -> str:
@@ -50,16 +60,26 @@ class ServerProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGTERM)
+            os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self._log.close()
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> ManagedProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ServerProcess(ManagedProcess):
+    """`kaname serve ARGS` (the port is chosen here)."""
+
+    name = "kaname-serve"
+
+    def __init__(self, *args: str, startup_timeout: float = 180.0, env: dict | None = None):
+        super().__init__([sys.executable, "-m", "kaname.cli", "serve", "--port", "{port}",
+                          *args], startup_timeout=startup_timeout, env=env)

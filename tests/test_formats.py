@@ -389,9 +389,10 @@ def _random_request(rng: random.Random, pool, compiler, fmt) -> TurnRequest:
     rf = rng.choice([None, {"type": "json_object"}, {"type": "json_schema", "json_schema": {
         "name": "answer", "schema": {"type": "object", "properties": {
             "answer": {"type": "string"}}, "required": ["answer"]}}}])
-    return TurnRequest(tools=tuple(tools), tool_choice=rng.choice(choices),
-                       parallel_tool_calls=rng.random() < 0.5, response_format=rf,
-                       reasoning=rng.choice(["off", "on", "required"]))
+    choice, parallel = rng.choice(choices), rng.random() < 0.5
+    reasoning = rng.choice(["off", "on", "required"])  # drawn always: the same sequence
+    return TurnRequest(tools=tuple(tools), tool_choice=choice, parallel_tool_calls=parallel,
+                       response_format=rf, reasoning=reasoning if fmt.reasoning else "off")
 
 
 def _check_contract(fmt, req: TurnRequest, text: str) -> None:
