@@ -22,9 +22,9 @@ def free_port() -> int:
 
 
 class ManagedProcess:
-    """A server started as `argv(port)` in a session of its own on 127.0.0.1:<free port>,
-    ready once GET /health answers 200; stopped by PID (its process group, so that children
-    such as vLLM's engine core go with it)."""
+    """A server started as `argv` (its "{port}" replaced by a free port on 127.0.0.1) in a
+    session of its own, ready once GET /health answers 200; stopped by PID (its process
+    group, so that children such as vLLM's engine core go with it)."""
 
     name = "server"
 
@@ -32,8 +32,7 @@ class ManagedProcess:
                  env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / \
-            f"{self.name.replace(' ', '-')}-{self.port}.log"
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"{self.name}-{self.port}.log"
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [a.replace("{port}", str(self.port)) for a in argv], cwd=ROOT, stdout=self._log,

@@ -113,7 +113,7 @@ def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
         if s.get("format") in _FRACTION_FORMATS and guards.max_fraction_digits is not None:
             _bound_seconds_fraction(s, pointer, guards.max_fraction_digits, applied)
         if "string" in types and guards.max_string_length is not None:
-            if not any(k in s for k in ("maxLength", "enum", "const")):
+            if not _length_bounded(s):
                 s["maxLength"] = max(guards.max_string_length, _num(s.get("minLength"), 0))
                 applied.setdefault("max_string_length", {"value": guards.max_string_length,
                                                          "at": []})["at"].append(pointer or "/")
@@ -210,6 +210,11 @@ def _type_untyped_values(root: dict[str, Any]) -> list[str]:
     return at
 
 
+def _length_bounded(s: dict[str, Any]) -> bool:
+    """A string subschema whose length is already bounded (by the user): no cap is added."""
+    return any(k in s for k in ("maxLength", "enum", "const"))
+
+
 def _num(x: Any, default: float) -> float:
     return x if _is_number(x) else default
 
@@ -248,7 +253,7 @@ _FRACTION_FORMATS = {"date-time": 26, "time": 15}
 
 def _bound_seconds_fraction(s: dict[str, Any], pointer: str, digits: int,
                             applied: dict[str, Any]) -> None:
-    if any(k in s for k in ("maxLength", "enum", "const")):
+    if _length_bounded(s):
         return
     # never below the user's minLength: that would leave no valid string
     s["maxLength"] = max(_FRACTION_FORMATS[s["format"]] + digits, int(_num(s.get("minLength"), 0)))

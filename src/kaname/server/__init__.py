@@ -32,13 +32,14 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         config = dataclasses.replace(
             config, upstream_model=discover_model(config.upstream, config.upstream_api_key))
     if config.upstream:
+        assert config.upstream_model is not None  # given, or discovered above
         # The grammar's special tokens are ids of this vocabulary: it must be the upstream's.
         tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer else \
             runtime_factory(config.model, fmt, config.seed).tokenizer
         compiler = GrammarCompiler(tokenizer, guards=config.guards)
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend: Backend = UpstreamBackend(
-            config.upstream, config.upstream_model or config.model_id(), config.model_id(),
+            config.upstream, config.upstream_model, config.model_id(),
             tokenizer, compiler, metrics, api_key=config.upstream_api_key,
             max_concurrency=config.concurrency(), max_queue=config.max_queue,
             request_timeout=config.request_timeout, dialect=config.upstream_dialect,

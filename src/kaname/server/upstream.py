@@ -133,8 +133,8 @@ class UpstreamBackend:
                     finish = (choices[0].get("finish_reason") if choices else None) or finish
                     if choices and "stop_reason" in choices[0]:
                         says_stop_reason = True
-                        stop_reason = choices[0]["stop_reason"] if \
-                            choices[0]["stop_reason"] is not None else stop_reason
+                        if choices[0]["stop_reason"] is not None:
+                            stop_reason = choices[0]["stop_reason"]
                     usage = event.get("usage") or usage
                     if ids is not None and not all(isinstance(i, int) for i in ids):
                         raise TypeError("token_ids")
