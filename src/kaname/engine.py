@@ -51,6 +51,7 @@ class GenerationResult:
     # ns spent on the constraint per sampled token (model excluded): for metrics
     constraint_ns: list[int] = field(default_factory=list, repr=False)
     tokens: list[int] = field(default_factory=list, repr=False)  # the generated token ids
+    stop_sequence: str | None = None  # the stop string generation ended at
 
     @property
     def complete(self) -> bool:
@@ -154,6 +155,7 @@ def _result(d: Decoded, c: CompiledConstraint, prompt_tokens: int,
                "sparse_masks": d.stats.sparse_masks},
         constraint_ns=d.constraint_ns,
         tokens=d.tokens,
+        stop_sequence=d.stop_sequence,
     )
 
 

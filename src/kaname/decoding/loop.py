@@ -34,6 +34,7 @@ class Decoded:
     constraint_ns: list[int] = field(default_factory=list)
     model_ns: int = 0
     first_token_ns: int = 0
+    stop_sequence: str | None = None  # the stop string the run ended at
 
 
 def decode(
@@ -97,10 +98,12 @@ def decode(
         out += new
         if stop:
             text_bytes += tok.decode_bytes(new)
-            cut = _stop_at(text_bytes, stop)
-            if cut is not None:
-                return _done(tok, out, text_bytes[:cut], "stop", forced, picker, costs,
+            hit = _stop_at(text_bytes, stop)
+            if hit is not None:
+                done = _done(tok, out, text_bytes[:hit[0]], "stop", forced, picker, costs,
                              model_ns, first_token_ns)
+                done.stop_sequence = hit[1]
+                return done
         if on_tokens is not None:
             on_tokens(new)
         if len(out) >= max_tokens or (matcher is not None and matcher.is_stopped()):
@@ -113,8 +116,9 @@ def decode(
                  first_token_ns)
 
 
-def _stop_at(text: bytes, stop: Sequence[str]) -> int | None:
-    hits = [i for s in stop if (i := text.find(s.encode())) >= 0]
+def _stop_at(text: bytes, stop: Sequence[str]) -> tuple[int, str] | None:
+    """Where the first stop string starts, and which one it is."""
+    hits = [(i, s) for s in stop if (i := text.find(s.encode())) >= 0]
     return min(hits) if hits else None
 
 

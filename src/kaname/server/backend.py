@@ -42,6 +42,7 @@ class Generated:
     enforced: bool = True
     not_enforced_reason: str | None = None
     token_ids: list[int] | None = None  # the generated tokens, where known
+    stop_sequence: str | None = None  # the request's stop string generation ended at
 
 
 class Backend(Protocol):

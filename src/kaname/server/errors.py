@@ -1,10 +1,11 @@
-"""Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, and the one
+"""Errors in the shape of the API that was called: OpenAI's `{"error": {"message", "type",
+"param", "code"}}` or Anthropic's `{"type": "error", "error": {"type", "message"}}`, and the one
 table that maps kaname's exceptions to them (`api_error`)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from starlette.responses import JSONResponse
 
@@ -25,6 +26,19 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
           504: "timeout_error"}
 
 
+# Anthropic's error types by status (its API answers 529 where OpenAI's answers 503)
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
+
+Shape = Literal["openai", "anthropic"]
+
+
+def shape_of(path: str) -> Shape:
+    """Which API a path belongs to: Anthropic's Messages API, or OpenAI's."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
+
+
 class APIError(KanameError):
     """An error answered to the client; never a 500 for anything the client sent."""
 
@@ -37,13 +51,19 @@ class APIError(KanameError):
         self.code = code
         self.type = type or _TYPES.get(status, "server_error")
 
-    def body(self) -> dict[str, Any]:
+    def body(self, shape: Shape = "openai") -> dict[str, Any]:
+        if shape == "anthropic":
+            # Anthropic's errors have no param field: the message names it (from_constraint_
+            # error and the validation handler write the pointer into it)
+            return {"type": "error", "error": {
+                "type": _ANTHROPIC_TYPES.get(self.status, "api_error"),
+                "message": self.message}}
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
 
-    def response(self) -> JSONResponse:
+    def response(self, shape: Shape = "openai") -> JSONResponse:
         headers = {"Retry-After": "1"} if self.status in (429, 503) else None
-        return JSONResponse(self.body(), status_code=self.status, headers=headers)
+        return JSONResponse(self.body(shape), status_code=self.status, headers=headers)
 
 
 def api_error(e: BaseException) -> APIError:

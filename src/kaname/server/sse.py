@@ -1,7 +1,9 @@
 """Server-sent events: framing, and the one tail every stream ends with.
 
 Once the 200 and its headers are sent an error can only travel in the stream: it becomes one
-OpenAI-shaped error event (through the same table as every other error), then `[DONE]`.
+error event in the API's shape (through the same table as every other error). OpenAI's chat
+and completions streams are unnamed `data:` events ending in `[DONE]`; the Responses API and
+Anthropic's Messages API name each event after its `type` and have no `[DONE]`.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from starlette.responses import StreamingResponse
@@ -25,19 +27,34 @@ DONE = "data: [DONE]\n\n"
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
-def event(obj: dict[str, Any]) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False).translate(_LINE_BREAKS)}\n\n"
+Dialect = Literal["openai", "responses", "anthropic"]
 
 
-async def framed(events: AsyncGenerator[dict[str, Any], None]) -> AsyncGenerator[str, None]:
-    """`events` as SSE lines; an exception ends them with its error event; always `[DONE]`."""
+def event(obj: dict[str, Any], name: str | None = None) -> str:
+    data = json.dumps(obj, ensure_ascii=False).translate(_LINE_BREAKS)
+    return f"event: {name}\ndata: {data}\n\n" if name else f"data: {data}\n\n"
+
+
+async def framed(events: AsyncGenerator[dict[str, Any], None], dialect: Dialect = "openai"
+                 ) -> AsyncGenerator[str, None]:
+    """`events` as SSE lines; an exception ends them with its error event; OpenAI's chat and
+    completions streams always end with `[DONE]`."""
+    named = dialect != "openai"
     try:
         async with aclosing(events):
             async for obj in events:
-                yield event(obj)
+                yield event(obj, obj.get("type") if named else None)
     except Exception as e:  # headers are sent: the error goes in the stream
-        yield event(api_error(e).body())
-    yield DONE
+        err = api_error(e)
+        if dialect == "anthropic":
+            yield event(err.body("anthropic"), "error")
+        elif dialect == "responses":
+            yield event({"type": "error", "code": err.code, "message": err.message,
+                         "param": err.param}, "error")
+        else:
+            yield event(err.body())
+    if not named:
+        yield DONE
 
 
 class EventStream(StreamingResponse):
@@ -45,8 +62,9 @@ class EventStream(StreamingResponse):
     cancelled even when the response was cut while sending) and frees a slot the generation
     never took."""
 
-    def __init__(self, events: AsyncGenerator[dict[str, Any], None], slot: Slot):
-        self._lines = framed(events)
+    def __init__(self, events: AsyncGenerator[dict[str, Any], None], slot: Slot,
+                 dialect: Dialect = "openai"):
+        self._lines = framed(events, dialect)
         super().__init__(self._lines, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache"})
         self._slot = slot

@@ -161,13 +161,13 @@ class UpstreamBackend:
         if finish not in ("stop", "length"):
             raise APIError(502, "upstream stream ended without a finish_reason",
                            code="upstream_garbled")
+        # Stopped by one of the request's stop strings (vLLM names it in stop_reason; an
+        # upstream that does not say is taken at its word when stop strings were given): what
+        # came so far was checked, the rest of the grammar is not owed.
+        by_string = bool(params.stop) and (stop_reason in params.stop
+                                           if says_stop_reason else True)
         if unenforced is None:
             try:
-                # Stopped by one of the request's stop strings (vLLM names it in stop_reason; an
-                # upstream that does not say is taken at its word when stop strings were
-                # given): what came so far was checked, the rest of the grammar is not owed.
-                by_string = bool(params.stop) and (stop_reason in params.stop
-                                                   if says_stop_reason else True)
                 rest = replay.finish(finish, self.end_marker, stopped_by_string=by_string)
                 if rest and sink is not None:
                     sink(rest, [])
@@ -178,9 +178,12 @@ class UpstreamBackend:
             self.metrics.not_enforced.inc()
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         completion_tokens = int(usage.get("completion_tokens") or 0)
+        named = stop_reason if isinstance(stop_reason, str) and stop_reason in params.stop \
+            else (params.stop[0] if len(params.stop) == 1 and by_string else None)
         return Generated(text, finish, prompt_tokens, completion_tokens,
                          enforced=unenforced is None, not_enforced_reason=unenforced,
-                         token_ids=replay.tokens if replay.exact else None)
+                         token_ids=replay.tokens if replay.exact else None,
+                         stop_sequence=named if finish == "stop" else None)
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -1,0 +1,100 @@
+"""One generation request to the backend, and what every endpoint does around it: the token
+budget, sampling parameters, watching the client, streaming, counting."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from fastapi import Request
+
+from ..errors import NotEnforcedError
+from ..formats import Tool
+from ..grammar import CompiledConstraint
+from .admission import Slot, token_budget
+from .backend import Backend, Generated, GenParams
+from .errors import APIError
+from .metrics import Metrics
+
+
+class Call:
+    """One generation request to the backend."""
+
+    def __init__(self, backend: Backend, prompt: str, compiled: CompiledConstraint,
+                 params: GenParams, allow_unenforced: bool, tools: tuple[Tool, ...] = (),
+                 verdicts: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None):
+        self.backend, self.prompt, self.compiled, self.params = backend, prompt, compiled, params
+        self.allow_unenforced = allow_unenforced
+        self.tools = tools  # the request's, for the parser
+        # the post-check of each tool call in an answer (chat only)
+        self.verdicts = verdicts or (lambda message: [])
+        self.slot: Slot | None = None  # taken before a stream starts, so a full queue is a 429
+
+    async def run(self, sink: Any) -> Generated:
+        gen = await self.backend.generate(self.prompt, self.compiled, self.params, sink,
+                                          slot=self.slot)
+        if not gen.enforced and not self.allow_unenforced:
+            raise NotEnforcedError(gen.not_enforced_reason or "text outside the grammar")
+        return gen
+
+
+async def run_watching(request: Request, call: Call) -> Generated:
+    """Run a non-streamed generation; stop it if the client goes away meanwhile."""
+    task = asyncio.create_task(call.run(None))
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=0.5)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            raise APIError(499, "client closed the request", code="client_closed")
+
+
+async def generate_streamed(call: Call
+                            ) -> AsyncGenerator[tuple[str, list[int]] | Generated, None]:
+    """(text, token ids) pieces as they come, then the Generated result; the generation's
+    error on failure."""
+    queue: asyncio.Queue[tuple[str, list[int]] | None] = asyncio.Queue()
+    task = asyncio.create_task(call.run(lambda text, ids: queue.put_nowait((text, ids))))
+    task.add_done_callback(lambda _: queue.put_nowait(None))
+    try:
+        while (piece := await queue.get()) is not None:
+            yield piece
+        yield task.result()
+    finally:
+        if not task.done():  # the client went away: stop the generation
+            task.cancel()
+
+
+def check_model(backend: Backend, model: str, n: int | None = None) -> None:
+    if model not in (backend.model_id, "default"):
+        raise APIError(404, f"The model `{model}` does not exist; this server serves "
+                            f"`{backend.model_id}`.", param="model", code="model_not_found")
+    if n is not None and n > 1:
+        raise APIError(400, "n > 1 is not supported; send n requests", param="n",
+                       code="unsupported")
+
+
+def budget(backend: Backend, prompt: str, asked: int | None, default: int, limit: int,
+           param: str) -> int:
+    n_ctx = backend.n_ctx
+    return token_budget(backend.count_tokens(prompt) if n_ctx is not None else None, asked,
+                        default=default, limit=limit, n_ctx=n_ctx, param=param)
+
+
+def gen_params(max_tokens: int, temperature: float | None, top_p: float | None,
+               seed: int | None, stop: list[str]) -> GenParams:
+    # Any integer is a seed (OpenAI takes negative ones); numpy wants 0 <= seed < 2**64.
+    return GenParams(max_tokens, 1.0 if temperature is None else temperature, top_p or 1.0,
+                     None if seed is None else seed % 2**64, stop)
+
+
+def usage(gen: Generated) -> dict[str, int]:
+    return {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
+            "total_tokens": gen.prompt_tokens + gen.completion_tokens}
+
+
+def count(metrics: Metrics, gen: Generated) -> None:
+    metrics.tokens.labels("prompt").inc(gen.prompt_tokens)
+    metrics.tokens.labels("completion").inc(gen.completion_tokens)
