@@ -63,6 +63,7 @@ class PreparedTurn:
 def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                  tokenizer: llg.LLTokenizer, compiler: GrammarCompiler | None = None, *,
                  tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: str = "auto",
+                 allowed_tools: Sequence[str] | None = None,
                  parallel_tool_calls: bool = True,
                  response_format: Mapping[str, Any] | None = None,
                  reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
@@ -73,6 +74,7 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     `chat_template`: the model's own Jinja template renders the prompt instead of the spec.
     `guards`: this turn's (default: the compiler's)."""
     req = TurnRequest(tools=tools_from_openai(tools), tool_choice=tool_choice,
+                      allowed_tools=None if allowed_tools is None else tuple(allowed_tools),
                       parallel_tool_calls=parallel_tool_calls, response_format=response_format,
                       reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
                       strict_level=strict_level)

@@ -7,12 +7,14 @@ Unknown fields are ignored, as OpenAI does. kaname's own fields (`strict_level`,
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import ConstraintError
+from ..formats.request import CUSTOM_INPUT
 from ..grammar import Constraint, Guards, to_constraint
 
 
@@ -33,10 +35,33 @@ class FunctionCall(_Loose):
     arguments: str | dict[str, Any] = "{}"
 
 
+class CustomCall(_Loose):
+    name: str
+    input: str = ""
+
+
 class ToolCallIn(_Loose):
+    """A call in the history: a function call, or a custom tool's (`type: "custom"`)."""
+
     id: str = ""
-    type: Literal["function"] = "function"
-    function: FunctionCall
+    type: Literal["function", "custom"] = "function"
+    function: FunctionCall | None = None
+    custom: CustomCall | None = None
+
+    @model_validator(mode="after")
+    def _one_call(self) -> ToolCallIn:
+        if (self.function if self.type == "function" else self.custom) is None:
+            raise ValueError(f"a {self.type} tool call needs its `{self.type}` object")
+        return self
+
+    def as_function(self) -> dict[str, Any]:
+        """Prompts show a custom tool's call as a call of a function of one string argument
+        (`CUSTOM_INPUT`), as they show the tool itself."""
+        if self.custom is not None and self.type == "custom":
+            args = json.dumps({CUSTOM_INPUT: self.custom.input}, ensure_ascii=False)
+            return {"id": self.id, "type": "function",
+                    "function": {"name": self.custom.name, "arguments": args}}
+        return self.model_dump(exclude_none=True, exclude={"custom"})
 
 
 class ChatMessage(_Loose):
@@ -60,6 +85,35 @@ class ToolDef(_Loose):
     function: FunctionDef
 
 
+class GrammarDef(_Loose):
+    syntax: Literal["lark", "regex"]
+    definition: str = Field(min_length=1)
+
+
+class CustomFormat(_Loose):
+    type: Literal["text", "grammar"] = "text"
+    grammar: GrammarDef | None = None
+
+    @model_validator(mode="after")
+    def _grammar_given(self) -> CustomFormat:
+        if self.type == "grammar" and self.grammar is None:
+            raise ValueError('a format of type "grammar" needs its `grammar` object')
+        return self
+
+
+class CustomDef(_Loose):
+    name: str = Field(min_length=1, max_length=256)
+    description: str | None = None
+    format: CustomFormat | None = None
+
+
+class CustomToolDef(_Loose):
+    """OpenAI's custom tool: free-form input, bound to a Lark or regex grammar if given."""
+
+    type: Literal["custom"]
+    custom: CustomDef
+
+
 class NamedFunction(_Loose):
     name: str
 
@@ -67,6 +121,34 @@ class NamedFunction(_Loose):
 class NamedToolChoice(_Loose):
     type: Literal["function"] = "function"
     function: NamedFunction
+
+
+class NamedCustomChoice(_Loose):
+    type: Literal["custom"]
+    custom: NamedFunction
+
+
+class AllowedTools(_Loose):
+    mode: Literal["auto", "required"] = "auto"
+    tools: list[dict[str, Any]] = Field(min_length=1)
+
+    def names(self) -> list[str]:
+        """The tools' names ({"type": "function", "function": {"name"}}, the custom shape,
+        or the flat {"type", "name"} of the Responses API)."""
+        out = []
+        for i, t in enumerate(self.tools):
+            inner = t.get(t.get("type", "function"))
+            name = inner.get("name") if isinstance(inner, dict) else t.get("name")
+            if not isinstance(name, str):
+                raise ConstraintError("each allowed tool names a tool",
+                                      pointer=f"/tool_choice/allowed_tools/tools/{i}")
+            out.append(name)
+        return out
+
+
+class AllowedToolsChoice(_Loose):
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
 
 
 class JsonSchemaSpec(_Loose):
@@ -141,8 +223,9 @@ class _Sampling(_Loose):
 
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[ToolDef] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tools: list[ToolDef | CustomToolDef] | None = None
+    tool_choice: (Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomChoice
+                  | AllowedToolsChoice | None) = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -154,7 +237,13 @@ class ChatCompletionRequest(_Sampling):
     allow_unenforced: bool = False
 
     def message_dicts(self) -> list[dict[str, Any]]:
-        return [m.model_dump(exclude_none=True) for m in self.messages]
+        out = []
+        for m in self.messages:
+            d = m.model_dump(exclude_none=True)
+            if m.tool_calls:
+                d["tool_calls"] = [c.as_function() for c in m.tool_calls]
+            out.append(d)
+        return out
 
     def tool_dicts(self) -> list[dict[str, Any]] | None:
         if not self.tools:
@@ -165,7 +254,19 @@ class ChatCompletionRequest(_Sampling):
         choice = self.tool_choice
         if choice is None:
             return "auto" if self.tools else "none"
-        return choice if isinstance(choice, str) else choice.function.name
+        if isinstance(choice, str):
+            return choice
+        if isinstance(choice, AllowedToolsChoice):
+            return choice.allowed_tools.mode
+        return choice.function.name if isinstance(choice, NamedToolChoice) \
+            else choice.custom.name
+
+    def allowed_tool_names(self) -> list[str] | None:
+        """`tool_choice: {"type": "allowed_tools", ...}`: the tools that may be called."""
+        choice = self.tool_choice
+        if isinstance(choice, AllowedToolsChoice):
+            return choice.allowed_tools.names()
+        return None
 
     def reasoning_asked(self) -> ReasoningAsk | None:
         """What the request says about reasoning, and in which field; None when it says

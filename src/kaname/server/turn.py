@@ -150,7 +150,7 @@ class Turns:
         guards = req.guards(backend.compiler.guards)
         prepared = prepare_turn(
             fmt, req.message_dicts(), backend.tokenizer, backend.compiler, tools=tools,
-            tool_choice=req.tool_choice_name(),
+            tool_choice=req.tool_choice_name(), allowed_tools=req.allowed_tool_names(),
             parallel_tool_calls=req.parallel_tool_calls is not False,
             response_format=req.response_format_dict(),
             reasoning=config.reasoning_for(fmt, req.reasoning_asked()),
