@@ -15,6 +15,7 @@ through a lazy rule, so text can never swallow it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -22,10 +23,18 @@ from typing import Any
 import llguidance as llg
 
 from ..errors import ConstraintError
-from ..grammar import GrammarCompiler, Guards, JsonObject, JsonSchema, Text
-from ..grammar.lark import ANY_TEXT, json_expr, json_object_expr, string_literal
+from ..grammar import GrammarCompiler, Guards, JsonObject, JsonSchema, Lark, Text
+from ..grammar.embed import embed_lark
+from ..grammar.lark import (
+    ANY_TEXT,
+    json_expr,
+    json_object_expr,
+    regex_literal,
+    start_rule,
+    string_literal,
+)
 from . import keyed
-from .request import Tool, TurnRequest
+from .request import CUSTOM_INPUT, Tool, TurnRequest
 from .spec import ChatFormat, ToolCallSyntax
 from .tool_checks import ToolCheck, check_tools
 
@@ -218,6 +227,8 @@ NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
 
 
 def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | None) -> str:
+    if tool is not None and tool.custom and req.strict_level == "full":
+        return _custom_call(b, s, tool, f"/tools/{req.tools.index(tool)}/custom/format")
     params: Any = {"type": "object"}  # strict levels names / off: any object
     if tool is not None and req.strict_level == "full":
         params = tool.parameters if tool.parameters is not None else NO_ARGUMENTS
@@ -238,6 +249,43 @@ def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | N
     parts.append(_keyed_args(b, s, params, strict) if s.layout == "per_key"
                  else b.json(params, strict=strict))
     return _seq(*parts)
+
+
+def _custom_call(b: _Builder, s: ToolCallSyntax, tool: Tool, at: str) -> str:
+    """A custom tool's call: its input is the one string argument `input`, written as the
+    format writes a string argument (JSON where arguments are JSON, raw in per-key syntax),
+    in the tool's grammar."""
+    colon = b.guards.separators[1] if b.guards.separators else ": "
+    comma = b.guards.separators[0] if b.guards.separators else ", "
+    per_key = s.layout == "per_key"
+    if isinstance(tool.grammar, Text):
+        value = b.until(s.value_end) if per_key else None
+    else:
+        assert tool.grammar is not None  # a custom tool
+        lark = tool.grammar.grammar if isinstance(tool.grammar, Lark) \
+            else start_rule(regex_literal(tool.grammar.pattern))
+        embedded = embed_lark(lark, b.name("ct"), json_escaped=not per_key,
+                              pointer=f"{at}/grammar/definition")
+        b.rules.append(embedded.rules)
+        value = f"{embedded.start} {b.lit(s.value_end)}" if per_key else embedded.start
+    if per_key:
+        assert value is not None
+        return _seq(b.lit(s.name_prefix), string_literal(tool.name), b.lit(s.args_begin),
+                    b.lit(s.key_begin), string_literal(CUSTOM_INPUT), b.lit(s.key_end),
+                    b.lit(s.value_begin), value)
+    if value is None:  # format text: any string, the guards' caps included
+        args = b.json(tool.parameters, strict=True)
+    else:
+        args = _seq(string_literal("{" + json.dumps(CUSTOM_INPUT) + colon + '"'), value,
+                    string_literal('"}'))
+    if s.layout == "json":
+        head = "{" + json.dumps(s.name_key) + colon + json.dumps(tool.name, ensure_ascii=False) \
+            + comma + json.dumps(s.args_key) + colon
+        return _seq(string_literal(head), args, string_literal("}"))
+    parts = [b.lit(s.name_prefix), string_literal(tool.name)]
+    if s.index_sep:
+        parts += [b.lit(s.index_sep), "/[0-9]{1,4}/"]
+    return _seq(*parts, b.lit(s.args_begin), args)
 
 
 def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any, strict: bool) -> str:

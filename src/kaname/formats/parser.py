@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import FormatParseError
 from . import keyed
-from .request import Tool
+from .request import CUSTOM_INPUT, Tool
 from .spec import ChatFormat
 
 
@@ -28,10 +28,67 @@ class ToolCall:
     name: str
     arguments: str  # the JSON text as the model wrote it
     id: str = ""
+    custom: bool = False  # a custom tool's call: its input is the string argument `input`
+
+    @property
+    def input(self) -> str:
+        """A custom tool's input (the arguments as written, where they hold none)."""
+        return custom_input(self.arguments)
 
     def to_openai(self) -> dict[str, Any]:
+        if self.custom:
+            return {"id": self.id, "type": "custom",
+                    "custom": {"name": self.name, "input": self.input}}
         return {"id": self.id, "type": "function",
                 "function": {"name": self.name, "arguments": self.arguments}}
+
+
+def custom_input(arguments: str) -> str:
+    """The `input` string of a custom tool's arguments; the text itself where it is not
+    `{"input": "..."}` (strict levels below full do not bind it)."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):
+        return value[CUSTOM_INPUT]
+    return arguments
+
+
+_INPUT_HEAD = re.compile(r'\{\s*"%s"\s*:\s*"' % CUSTOM_INPUT)  # noqa: UP031
+_ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
+
+
+def custom_input_prefix(arguments: str) -> str:
+    """What is final of a custom tool's input while its arguments are still being written:
+    the JSON string decoded up to the last complete character."""
+    m = _INPUT_HEAD.match(arguments)
+    if m is None:
+        return ""
+    out: list[str] = []
+    i = m.end()
+    while i < len(arguments):
+        ch = arguments[i]
+        if ch == '"':
+            break
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        esc = _ESCAPE.match(arguments, i)
+        if esc is None:
+            break  # an escape still being written
+        piece = json.loads(f'"{esc.group()}"')
+        if "\ud800" <= piece <= "\udbff":  # a surrogate pair's first half: wait for both
+            pair = _ESCAPE.match(arguments, esc.end())
+            if pair is None:
+                break
+            piece = json.loads(f'"{esc.group()}{pair.group()}"')
+            i = pair.end()
+        else:
+            i = esc.end()
+        out.append(piece)
+    return "".join(out)
 
 
 @dataclass
@@ -411,11 +468,20 @@ def _tool_map(tools: Sequence[Tool] | None) -> dict[str, Tool] | None:
     return {t.name: t for t in tools} if tools else None
 
 
+def _scan(fmt: ChatFormat, text: str, partial: bool, id_prefix: str,
+          tools: dict[str, Tool] | None) -> ParsedTurn:
+    turn = _Scan(fmt, text, partial, id_prefix, tools).run()
+    for call in turn.tool_calls:  # the request's custom tools answer in their own shape
+        tool = (tools or {}).get(call.name)
+        call.custom = tool is not None and tool.custom
+    return turn
+
+
 def parse_partial(fmt: ChatFormat, text: str, *, id_prefix: str = "call_",
                   tools: Sequence[Tool] | None = None) -> ParsedTurn:
     """What can be read from a turn cut short (finish_reason "length"): nothing is dropped
     except a marker or tool call still being written."""
-    return _Scan(fmt, text, True, id_prefix, _tool_map(tools)).run()
+    return _scan(fmt, text, True, id_prefix, _tool_map(tools))
 
 
 def parse(fmt: ChatFormat, text: str, *, id_prefix: str = "call_",
@@ -427,11 +493,11 @@ def parse(fmt: ChatFormat, text: str, *, id_prefix: str = "call_",
     so a string argument "12" would come back as the number 12."""
     tool_map = _tool_map(tools)
     if any(text.rstrip().endswith(m) for m in fmt.end_markers):
-        return _Scan(fmt, text, False, id_prefix, tool_map).run()
+        return _scan(fmt, text, False, id_prefix, tool_map)
     error: FormatParseError | None = None
     for end in dict.fromkeys((fmt.end_of_turn, fmt.calls_end)):
         try:
-            return _Scan(fmt, text + end, False, id_prefix, tool_map).run()
+            return _scan(fmt, text + end, False, id_prefix, tool_map)
         except FormatParseError as e:
             error = error or e
     assert error is not None
@@ -459,8 +525,7 @@ class StreamParser:
 
     def feed(self, chunk: str) -> list[dict[str, Any]]:
         self.text += chunk
-        return self._diff(_Scan(self.fmt, self.text, True, self.id_prefix,
-                                self._tool_map).run())
+        return self._diff(_scan(self.fmt, self.text, True, self.id_prefix, self._tool_map))
 
     def finish(self) -> tuple[ParsedTurn, list[dict[str, Any]]]:
         turn = parse(self.fmt, self.text, id_prefix=self.id_prefix, tools=self.tools)
@@ -475,17 +540,31 @@ class StreamParser:
             out.append({"content": turn.content[self._content:]})
             self._content = len(turn.content)
         for call in turn.tool_calls:
+            kind = "custom" if call.custom else "function"
             if call.index >= len(self._calls):
                 self._calls.append(0)
-                out.append({"tool_calls": [{"index": call.index, "id": call.id,
-                                            "type": "function",
-                                            "function": {"name": call.name, "arguments": ""}}]})
+                first = {"name": call.name, "input" if call.custom else "arguments": ""}
+                out.append({"tool_calls": [{"index": call.index, "id": call.id, "type": kind,
+                                            kind: first}]})
             sent = self._calls[call.index]
-            if len(call.arguments) > sent:
-                out.append({"tool_calls": [{"index": call.index,
-                                            "function": {"arguments": call.arguments[sent:]}}]})
-                self._calls[call.index] = len(call.arguments)
+            if call.custom:  # the input as decoded so far, not the JSON carrying it
+                key = "input"
+                text = call.input if _complete_json(call.arguments) \
+                    else custom_input_prefix(call.arguments)
+            else:
+                text, key = call.arguments, "arguments"
+            if len(text) > sent:
+                out.append({"tool_calls": [{"index": call.index, kind: {key: text[sent:]}}]})
+                self._calls[call.index] = len(text)
         return out
+
+
+def _complete_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def merge_deltas(deltas: list[dict[str, Any]]) -> dict[str, Any]:
@@ -498,7 +577,12 @@ def merge_deltas(deltas: list[dict[str, Any]]) -> dict[str, Any]:
         for tc in d.get("tool_calls", []):
             calls = msg["tool_calls"]
             if tc["index"] == len(calls):
-                calls.append({"id": tc["id"], "type": "function",
-                              "function": {"name": tc["function"]["name"], "arguments": ""}})
-            calls[tc["index"]]["function"]["arguments"] += tc["function"].get("arguments", "")
+                kind = tc.get("type", "function")
+                calls.append({"id": tc["id"], "type": kind, kind: {
+                    "name": tc[kind]["name"], "input" if kind == "custom" else "arguments": ""}})
+            call = calls[tc["index"]]
+            if call["type"] == "custom":
+                call["custom"]["input"] += tc.get("custom", {}).get("input", "")
+            else:
+                call["function"]["arguments"] += tc["function"].get("arguments", "")
     return msg

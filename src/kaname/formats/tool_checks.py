@@ -9,14 +9,19 @@ level stays the ceiling: below "full" no argument schema is enforced or checked.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import llguidance as llg
+
 from ..errors import ConstraintError
-from ..grammar import CompiledConstraint, GrammarCompiler, JsonSchema, NotEnforced
+from ..grammar import CompiledConstraint, GrammarCompiler, JsonSchema, NotEnforced, Text
+from ..grammar.compiler import accepts
 from . import keyed
-from .request import Tool, TurnRequest
+from .parser import custom_input
+from .request import CUSTOM_INPUT, Tool, TurnRequest
 from .spec import ChatFormat
 
 
@@ -29,10 +34,16 @@ class ToolCheck:
     tool: Tool
     compiled: CompiledConstraint | None
     not_enforced: tuple[NotEnforced, ...] = ()
+    tokenizer: llg.LLTokenizer | None = None  # a custom tool's grammar is checked on tokens
 
     def verdict(self, arguments: str) -> bool | None:
         """The post-check of one call's arguments (None: nothing to check against)."""
-        return None if self.compiled is None else self.compiled.validate(arguments)
+        if self.compiled is None:
+            return None
+        if self.tool.custom:
+            assert self.tokenizer is not None
+            return accepts(self.compiled, self.tokenizer, custom_input(arguments))
+        return self.compiled.validate(arguments)
 
 
 def check_tools(fmt: ChatFormat, req: TurnRequest,
@@ -51,6 +62,9 @@ def check_tools(fmt: ChatFormat, req: TurnRequest,
         if t.parameters is None:
             checks[t.name] = ToolCheck(i, t, None)
             continue
+        if t.custom:
+            checks[t.name] = _custom_check(i, t, compiler)
+            continue
         at = f"/tools/{i}/function/parameters"
         problems = keyed.unenforceable(t.parameters, at) if per_key else []
         if t.strict and problems:
@@ -68,6 +82,20 @@ def check_tools(fmt: ChatFormat, req: TurnRequest,
     return checks
 
 
+def _custom_check(i: int, t: Tool, compiler: GrammarCompiler | None) -> ToolCheck:
+    """A custom tool's grammar, compiled alone: its errors point at the definition, and its
+    matcher post-checks each call's input."""
+    if compiler is None or t.grammar is None:
+        return ToolCheck(i, t, None)
+    at = f"/tools/{i}/custom/format" + ("" if isinstance(t.grammar, Text) else
+                                        "/grammar/definition")
+    try:
+        compiled = compiler.compile(t.grammar)
+    except ConstraintError as e:
+        raise e.at(at, what=f"tool {t.name!r}") from e
+    return ToolCheck(i, t, compiled, tokenizer=compiler.tokenizer)
+
+
 def call_verdicts(checks: dict[str, ToolCheck], calls: Sequence[dict[str, Any]]
                   ) -> list[dict[str, Any]]:
     """Per call of an OpenAI message's `tool_calls`: `{"id", "name", "valid"}` (valid: the
@@ -75,6 +103,10 @@ def call_verdicts(checks: dict[str, ToolCheck], calls: Sequence[dict[str, Any]]
     out = []
     for call in calls:
         fn = call.get("function") or {}
+        if call.get("type") == "custom":  # checked on the arguments that carried the input
+            custom = call.get("custom") or {}
+            fn = {"name": custom.get("name"), "arguments": json.dumps(
+                {CUSTOM_INPUT: custom.get("input", "")}, ensure_ascii=False)}
         check = checks.get(fn.get("name", ""))
         valid = check.verdict(fn.get("arguments", "")) if check is not None else None
         out.append({"id": call.get("id"), "name": fn.get("name"), "valid": valid})

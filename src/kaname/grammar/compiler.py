@@ -84,6 +84,13 @@ class CompiledConstraint:
         return bool(self._validator.is_valid(value))
 
 
+def accepts(compiled: CompiledConstraint, tokenizer: llg.LLTokenizer, text: str) -> bool:
+    """Whether `text` is in the language of `compiled` (built for `tokenizer`): a post-check
+    for constraints that are not JSON."""
+    matcher = compiled.new_matcher()
+    return matcher.consume_tokens(tokenizer.tokenize_str(text)) and matcher.is_accepting()
+
+
 _STACK_BYTES = 512 * 1024 * 1024
 _stack_lock = threading.Lock()
 
