@@ -31,8 +31,10 @@ from .calls import (
 from .config import ServerConfig
 from .errors import APIError, api_error, shape_of
 from .limits import BodyLimit
+from .messages_api import add_messages_routes
 from .metrics import Metrics
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .responses_api import add_responses_routes
 from .sse import EventStream
 from .turn import Turn, TurnResult, Turns
 
@@ -102,7 +104,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     turns = Turns(config, backend, metrics)
-    app.state.turns = turns
+    add_responses_routes(app, turns)
+    add_messages_routes(app, turns)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
