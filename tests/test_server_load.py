@@ -1,5 +1,6 @@
-"""kaname serve under load: 32 streaming clients back to back for 30 s lose nothing; a full queue
-answers 429 at once in OpenAI's shape; a client that goes away frees its generation slot."""
+"""kaname serve under load: 32 streaming clients back to back for 30 s, over chat completions,
+completions, the Responses API and Anthropic's Messages API, lose nothing; a full queue answers
+429 at once in the API's shape; a client that goes away frees its generation slot."""
 
 from __future__ import annotations
 
@@ -64,9 +65,24 @@ def _load_request(rng: random.Random) -> tuple[str, dict[str, Any]]:
                             "max_tokens": rng.randint(4, 24)}
     if rng.random() < 0.5:
         body["stream_options"] = {"include_usage": True}
-    kind = rng.choice(["chat", "chat", "tools", "completion"])
+    kind = rng.choice(["chat", "chat", "tools", "completion", "responses", "messages"])
     if kind == "completion":
         return "/v1/completions", {**body, "prompt": "Once upon a time"}
+    lookup = {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "maxLength": 8}},
+        "required": ["q"]}}
+    if kind == "responses":
+        return "/v1/responses", {
+            "model": "random", "stream": True, "seed": body["seed"],
+            "max_output_tokens": body["max_tokens"], "input": f"hello {rng.random()}",
+            **({"tools": [{"type": "function", **lookup}]} if rng.random() < 0.5 else {})}
+    if kind == "messages":
+        return "/v1/messages", {
+            "model": "random", "stream": True, "seed": body["seed"],
+            "max_tokens": body["max_tokens"],
+            "messages": [{"role": "user", "content": f"hello {rng.random()}"}],
+            **({"tools": [{"name": "lookup", "input_schema": lookup["parameters"]}]}
+               if rng.random() < 0.5 else {})}
     body["messages"] = [{"role": "user", "content": f"hello {rng.random()}"}]
     if kind == "tools":
         body["tools"] = [{"type": "function", "function": {"name": "lookup", "parameters": {
@@ -76,8 +92,36 @@ def _load_request(rng: random.Random) -> tuple[str, dict[str, Any]]:
     return "/v1/chat/completions", body
 
 
+def _named_events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """`event: NAME` / `data: {...}` blocks (the Responses and Messages APIs' framing)."""
+    out = []
+    for block in (b for b in text.split("\n\n") if b.strip()):
+        name, data = block.split("\n", 1)
+        assert name.startswith("event: ") and data.startswith("data: "), block
+        event = json.loads(data[len("data: "):])
+        assert event["type"] == name[len("event: "):], block
+        out.append((event["type"], event))
+    return out
+
+
 def _check_stream(path: str, body: dict[str, Any], status: int, text: str) -> None:
     assert status == 200, (status, text[:300])
+    if path == "/v1/responses":
+        types = [t for t, _ in _named_events(text)]
+        assert types[0] == "response.created", types
+        assert types[-1] in ("response.completed", "response.incomplete"), types[-3:]
+        assert sum(t.startswith("response.completed") or t == "response.incomplete"
+                   for t in types) == 1, types
+        assert "error" not in types and "response.failed" not in types, types
+        return
+    if path == "/v1/messages":
+        events = _named_events(text)
+        types = [t for t, _ in events]
+        assert types[0] == "message_start" and types[-1] == "message_stop", types
+        stops = [e["delta"]["stop_reason"] for t, e in events if t == "message_delta"]
+        assert len(stops) == 1 and stops[0] in ("end_turn", "max_tokens", "tool_use"), stops
+        assert "error" not in types, types
+        return
     blocks = [b for b in text.split("\n\n") if b.strip()]
     assert blocks and blocks[-1] == "data: [DONE]", text[-300:]
     finishes = []
@@ -134,8 +178,10 @@ def test_sustained_streaming_load(busy_server):
     assert len(done) >= CLIENTS * 3
     _wait_idle(url, 5)
     metrics = httpx.get(url + "/metrics").text
-    assert 'kaname_requests_total{endpoint="/v1/chat/completions",status="429"}' not in metrics
+    assert 'status="429"' not in metrics
     assert 'status="500"' not in metrics
+    for path in ("/v1/responses", "/v1/messages"):  # each API took its share
+        assert f'kaname_requests_total{{endpoint="{path}",status="200"}}' in metrics, path
 
 
 # ---- a full queue, a client gone ----------------------------------------------------------------
@@ -177,6 +223,34 @@ def test_full_queue_answers_429_at_once(small_server):
         assert choice["finish_reason"] == "length"
         assert r.json()["usage"]["completion_tokens"] == SLOW_TOKENS
     _wait_idle(url, 10)
+
+
+def test_full_queue_is_a_429_in_each_apis_shape(small_server):
+    """The Responses API answers in OpenAI's shape, the Messages API in Anthropic's."""
+    url = small_server.url
+    _wait_idle(url, 30)
+    asks = {"/v1/responses": {"model": "random", "input": "go", "max_output_tokens": 16},
+            "/v1/messages": {"model": "random", "max_tokens": 16,
+                             "messages": [{"role": "user", "content": "go"}]}}
+
+    async def main() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60) as http:
+            # fill the slot and both places in the queue, then ask each API
+            busy = [asyncio.create_task(http.post(url + "/v1/completions", json=SLOW_COMPLETION))
+                    for _ in range(3)]
+            await asyncio.sleep(0.3)
+            answers = [await http.post(url + p, json=b) for p, b in asks.items()]
+            await asyncio.gather(*busy)
+            return answers
+
+    try:
+        responses, messages = asyncio.run(main())
+    finally:
+        _wait_idle(url, 30)
+    assert responses.status_code == 429 and messages.status_code == 429
+    _assert_error_shape(responses.json(), "queue_full")
+    assert messages.json() == {"type": "error", "error": {
+        "type": "rate_limit_error", "message": messages.json()["error"]["message"]}}
 
 
 async def _open_streams(url: str, n: int, hold: float,
