@@ -5,8 +5,9 @@ Lark grammar inside a JSON string costs per token against the same grammar unesc
 
     .venv/bin/python scripts/bench_apis.py --requests 40
 
-Each request is the same turn (a user message, one tool, tool_choice required, seeded) in each
-API's shape, plain and streamed; the three answers of one seed must be the same call. Run it
+Each request is the same turn (a user message, one tool, tool_choice required, no reasoning,
+seeded) in each API's shape, plain and streamed; the three answers of one seed must be the
+same call. Run it
 alone on the machine: the figures are latencies. Prints markdown tables.
 """
 
@@ -47,17 +48,17 @@ def _bodies(seed: int, stream: bool) -> dict[str, dict[str, Any]]:
     common = {"model": "random", "seed": seed, "temperature": 1.0, "stream": stream}
     return {
         "/v1/chat/completions": {
-            **common, "max_tokens": 96, "tool_choice": "required",
-            "parallel_tool_calls": False,
+            **common, "max_tokens": 160, "tool_choice": "required",
+            "parallel_tool_calls": False, "reasoning_effort": "none",
             "messages": [{"role": "user", "content": QUESTION}],
             "tools": [{"type": "function", "function": {"name": "get_weather",
                                                         "parameters": PARAMS}}]},
         "/v1/responses": {
-            **common, "max_output_tokens": 96, "tool_choice": "required",
-            "parallel_tool_calls": False, "input": QUESTION,
+            **common, "max_output_tokens": 160, "tool_choice": "required",
+            "parallel_tool_calls": False, "input": QUESTION, "reasoning": {"effort": "none"},
             "tools": [{"type": "function", "name": "get_weather", "parameters": PARAMS}]},
         "/v1/messages": {
-            **common, "max_tokens": 96,
+            **common, "max_tokens": 160, "thinking": {"type": "disabled"},
             "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
             "messages": [{"role": "user", "content": QUESTION}],
             "tools": [{"name": "get_weather", "input_schema": PARAMS}]},
