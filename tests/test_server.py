@@ -286,6 +286,18 @@ def test_bad_requests_get_openai_errors(server, client):
         client.chat.completions.create(model="random", messages=[{"role": "wizard",
                                                                   "content": "hi"}])
     assert e.value.body["param"].startswith("/messages/0")
+    # pointers name the request's fields, not pydantic's union members
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="random", messages=MESSAGES,
+                                       tools=[{"type": "function"}])
+    assert e.value.body["param"] == "/tools/0/function"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="random", messages=[
+            *MESSAGES, {"role": "assistant", "tool_calls": [{"id": "1", "type": "function",
+                                                             "function": {"name": "f",
+                                                                          "arguments": "{"}}]},
+            {"role": "user", "content": "and?"}])
+    assert e.value.body["param"] == "/messages/1/tool_calls/0/function/arguments"
     headers = {"Authorization": "Bearer sekrit", "Content-Type": "application/json"}
     r = httpx.post(f"{server.url}/v1/chat/completions", content=b"{not json", headers=headers)
     assert r.status_code == 400 and set(r.json()["error"]) == {"message", "type", "param",

@@ -91,9 +91,9 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     return PreparedTurn(fmt, req, prompt, lark, checks)
 
 
-def new_call_id_prefix() -> str:
-    """Tool-call ids unique across requests: call_<12 hex>_<index>."""
-    return f"call_{uuid.uuid4().hex[:12]}_"
+def new_call_id_prefix(stem: str = "call_") -> str:
+    """Tool-call ids unique across requests: call_<12 hex>_<index> (Anthropic's API: toolu_)."""
+    return f"{stem}{uuid.uuid4().hex[:12]}_"
 
 
 def finish_turn(fmt: ChatFormat, text: str, finish_reason: str, *, id_prefix: str,

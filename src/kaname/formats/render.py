@@ -35,8 +35,10 @@ def _text(content: Any, where: str) -> str:
                           pointer=f"{where}/content")
 
 
-def render_tool_calls(fmt: ChatFormat, calls: Sequence[Mapping[str, Any]]) -> str:
-    """Tool calls of an earlier assistant turn, exactly as the model would write them."""
+def render_tool_calls(fmt: ChatFormat, calls: Sequence[Mapping[str, Any]],
+                      where: str = "") -> str:
+    """Tool calls of an earlier assistant turn, exactly as the model would write them
+    (`where`: the message's pointer, for errors)."""
     s = fmt.tool_calls
     if s is None or not calls:
         return ""
@@ -49,13 +51,13 @@ def render_tool_calls(fmt: ChatFormat, calls: Sequence[Mapping[str, Any]]) -> st
             args = json.loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError as e:
             raise ConstraintError(f"tool call arguments are not JSON: {e}",
-                                  pointer=f"/tool_calls/{i}/function/arguments") from e
+                                  pointer=f"{where}/tool_calls/{i}/function/arguments") from e
         if s.layout == "json":
             body = json.dumps({s.name_key: name, s.args_key: args}, ensure_ascii=False)
         elif s.layout == "per_key":
             if not isinstance(args, Mapping):
                 raise ConstraintError("tool call arguments must be a JSON object",
-                                      pointer=f"/tool_calls/{i}/function/arguments")
+                                      pointer=f"{where}/tool_calls/{i}/function/arguments")
             pairs = "".join(f"{s.key_begin}{k}{s.key_end}{s.value_begin}{keyed.encode(v)}"
                             f"{s.value_end}" for k, v in args.items())
             body = f"{s.name_prefix}{name}{s.args_begin}{pairs}"
@@ -91,7 +93,7 @@ def render_assistant(fmt: ChatFormat, message: Mapping[str, Any], where: str, *,
     content = _text(message.get("content"), where)
     if fmt.trim_content:
         content = content.strip()
-    calls = render_tool_calls(fmt, message.get("tool_calls") or [])
+    calls = render_tool_calls(fmt, message.get("tool_calls") or [], where)
     if content:
         out += fmt.content_begin + content
     if content and calls and fmt.tool_calls is not None:
@@ -111,14 +113,19 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     out = fmt.bos + fmt.preamble.format(date=datetime.date.today().isoformat(),
                                         tools_preamble=tools_preamble)
     msgs = list(messages)
+    # where each message sat in the request (messages the renderer adds point at the list)
+    origin = [f"/messages/{i}" for i in range(len(msgs))]
     has_system = msgs[0].get("role") in ("system", "developer")
     if fmt.default_system and not has_system:
         msgs.insert(0, {"role": "system", "content": fmt.default_system})
+        origin.insert(0, "/messages")
         has_system = True
     if fmt.system_preamble:
         preamble = tools_preamble + fmt.system_preamble
         first = dict(msgs[0]) if has_system else {"role": "system", "content": ""}
         first["content"] = preamble + _text(first.get("content"), "/messages/0")
+        if not has_system:
+            origin.insert(0, "/messages")
         msgs[0:1 if has_system else 0] = [first]
         has_system = True
     system_template = fmt.system
@@ -133,6 +140,7 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
             else:
                 msgs.insert(0, {"role": "system", "content": tools_text.lstrip("\n"),
                                 "kaname_tools_only": True})
+                origin.insert(0, "/messages")
     last_user = max((i for i, m in enumerate(msgs) if m.get("role") == "user"), default=-1)
     first_user = next((i for i, m in enumerate(msgs) if m.get("role") == "user"), -1)
     # the last assistant turn that answered (no tool calls): Kimi K2 blanks reasoning up to it
@@ -144,7 +152,7 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     call_names: dict[str, str] = {}  # tool_call_id -> function name, for tool results
     last_call = ""
     for i, m in enumerate(msgs):
-        where = f"/messages/{i}"
+        where = origin[i]
         role = m.get("role") if isinstance(m, Mapping) else None
         if in_tools and role != "tool":
             out += fmt.tool_close

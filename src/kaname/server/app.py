@@ -29,7 +29,7 @@ from .calls import (
     usage,
 )
 from .config import ServerConfig
-from .errors import APIError, api_error, shape_of
+from .errors import APIError, api_error, pointer_of, shape_of
 from .limits import BodyLimit
 from .messages_api import add_messages_routes
 from .metrics import Metrics
@@ -76,8 +76,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             return _too_large(config).response(shape)
         errors = e.errors()
         first = errors[0] if errors else {}
-        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        pointer = "/" + "/".join(loc) if loc else None
+        loc = list(first.get("loc", ()))
+        pointer = pointer_of(loc[1:] if loc[:1] == ["body"] else loc, e.body)
         message = f"{first.get('msg', 'invalid request')}" + (f" at {pointer}" if pointer else "")
         return APIError(400, message, param=pointer, code="invalid_request").response(shape)
 

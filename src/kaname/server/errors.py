@@ -5,6 +5,7 @@ table that maps kaname's exceptions to them (`api_error`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from starlette.responses import JSONResponse
@@ -110,3 +111,30 @@ def _code(e: ConstraintError) -> str:
     if name == "Constraint":
         return "invalid_request"
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic's union tags
+
+
+def pointer_of(loc: Sequence[Any], body: Any) -> str | None:
+    """The JSON pointer into `body` of a pydantic error location. Pydantic puts the names of
+    union members and validators into locations (`tools/0/ToolDef/function`); only the steps
+    that exist in the body are kept."""
+    parts: list[str] = []
+    node = body
+    for step in loc:
+        if isinstance(node, Mapping) and isinstance(step, str) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            node = node[step]
+        elif isinstance(node, Mapping | list):
+            # a key the body lacks (a missing required field) ends the pointer there
+            if isinstance(step, str) and step.isidentifier() and step[:1].islower() \
+                    and step not in _TYPE_TAGS and isinstance(node, Mapping):
+                parts.append(step)
+                break
+            continue
+        else:
+            break
+        parts.append(str(step).replace("~", "~0").replace("/", "~1"))
+    return "/" + "/".join(parts) if parts else None

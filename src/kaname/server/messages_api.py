@@ -73,9 +73,8 @@ def add_messages_routes(app: FastAPI, turns: Turns) -> None:
     @app.post("/v1/messages")
     async def messages(req: MessagesRequest, request: Request) -> Response:
         asked = _translate(turns, req)
-        turn = turns.prepare(asked.chat, asked.where)
         # tool_use ids as Anthropic writes them; they come back as tool_result.tool_use_id
-        turn.id_prefix = "toolu_" + turn.id_prefix.removeprefix("call_")
+        turn = turns.prepare(asked.chat, asked.where, call_ids="toolu_")
         reply = _Reply(asked, turn, turns.backend.model_id)
         if req.stream:
             slot = await turns.admit(turn)

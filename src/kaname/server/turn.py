@@ -27,7 +27,7 @@ from .admission import Slot
 from .backend import Backend, Generated
 from .calls import Call, budget, check_model, count, gen_params, generate_streamed, run_watching
 from .config import ServerConfig
-from .errors import APIError
+from .errors import APIError, pointer_of
 from .metrics import Metrics
 from .protocol import ChatCompletionRequest
 
@@ -99,7 +99,7 @@ class Turn:
     prepared: PreparedTurn
     content_check: CompiledConstraint | None
     ext: dict[str, Any]
-    id_prefix: str = field(default_factory=new_call_id_prefix)
+    id_prefix: str = field(default_factory=new_call_id_prefix)  # tool-call ids of this turn
     response_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -126,13 +126,17 @@ class Turns:
             return ChatCompletionRequest.model_validate(body)
         except ValidationError as e:
             first = e.errors()[0]
-            pointer = where("/" + "/".join(str(x) for x in first.get("loc", ())))
+            pointer = where(pointer_of(first.get("loc", ()), body))
             raise APIError(400, f"{first.get('msg', 'invalid request')} at {pointer}",
                            param=pointer, code="invalid_request") from None
 
-    def prepare(self, req: ChatCompletionRequest, where: Pointers = CHAT) -> Turn:
+    def prepare(self, req: ChatCompletionRequest, where: Pointers = CHAT, *,
+                call_ids: str = "call_") -> Turn:
+        """`call_ids`: how this API's tool-call ids start (they come back in tool results)."""
         try:
-            return self._prepare(req)
+            turn = self._prepare(req)
+            turn.id_prefix = new_call_id_prefix(call_ids)
+            return turn
         except KanameError as e:
             moved = where.error(e)
             if moved is e:
