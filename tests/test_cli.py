@@ -145,7 +145,7 @@ def test_chat_random_model_every_format(fmt):
 
 @pytest.mark.parametrize("args, words", [
     (["--format", "nope"], ["unknown chat format"]),
-    (["--tools", TOOLS, "--tool-choice", "nope"], ["unknown function"]),
+    (["--tools", TOOLS, "--tool-choice", "nope"], ["unknown tool"]),
     (["--tool-choice", "required"], ["at least one tool"]),
 ])
 def test_chat_bad_input(args, words):

@@ -216,7 +216,7 @@ def test_markers_are_tokens_where_the_vocabulary_has_them():
 
 
 def test_bad_requests():
-    with pytest.raises(ConstraintError, match="unknown function"):
+    with pytest.raises(ConstraintError, match="unknown tool"):
         TurnRequest(tools=tools_from_openai(TOOLS), tool_choice="nope")
     with pytest.raises(ConstraintError, match="at least one tool"):
         TurnRequest(tool_choice="required")

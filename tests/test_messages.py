@@ -511,3 +511,24 @@ def bodies(draw) -> Any:
 def test_fuzz_never_5xx_and_errors_in_anthropic_shape(http, body, count):
     path = "/v1/messages/count_tokens" if count else "/v1/messages"
     _check_answer(http.post(path, json=body), body)
+
+
+# ---- review findings ---------------------------------------------------------------------------
+
+def test_without_thinking_there_is_no_thinking_block(client):
+    """Anthropic's API thinks only when asked: no `thinking`, no thinking block (qwen3 has a
+    reasoning block the random model would otherwise open now and then)."""
+    for seed in range(8):
+        m = client.messages.create(model="random", max_tokens=40, extra_body={"seed": seed},
+                                   messages=[{"role": "user", "content": "hi"}])
+        assert all(b.type != "thinking" for b in m.content), m.content
+
+
+def test_a_turn_with_calls_is_tool_use_even_with_stop_sequences(client):
+    for seed in range(6):
+        m = client.messages.create(model="random", max_tokens=300, tools=TOOLS,
+                                   tool_choice={"type": "any"}, stop_sequences=["zzzq"],
+                                   extra_body={"seed": seed},
+                                   messages=[{"role": "user", "content": "weather?"}])
+        if m.stop_reason != "max_tokens":
+            assert m.stop_reason == "tool_use" and m.stop_sequence is None, m

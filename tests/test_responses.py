@@ -665,3 +665,34 @@ def test_through_a_proxy(server):
             _check_calls(r, set(PARAMS))
             made += len(_calls(r))
         assert made >= 2
+
+
+# ---- review findings ---------------------------------------------------------------------------
+
+def test_a_cut_call_does_not_break_the_conversation(client):
+    """A function call cut by max_output_tokens is stored with partial arguments; continuing
+    from that response leaves it out instead of refusing the server's own output."""
+    cut = None
+    for seed in range(12):
+        # the call's forced head alone takes ~18 tokens of this vocabulary
+        r = client.responses.create(model="random", input=ASK, tools=TOOLS,
+                                    tool_choice="required", max_output_tokens=22 + seed % 4,
+                                    reasoning={"effort": "none"}, extra_body={"seed": seed})
+        if r.status == "incomplete" and _calls(r):
+            cut = r
+            break
+    assert cut is not None, "no seed cut a call short"
+    with pytest.raises(ValueError):
+        json.loads(_calls(cut)[0].arguments)
+    after = client.responses.create(model="random", previous_response_id=cut.id,
+                                    input="go on", max_output_tokens=20)
+    assert after.status in ("completed", "incomplete")
+
+
+def test_custom_tool_format_errors_point_at_the_flat_format(http):
+    body = {"model": "random", "input": "x", "tools": [
+        {"type": "custom", "name": "t", "format": {"type": "grammar", "syntax": "perl",
+                                                   "definition": "x"}}]}
+    r = http.post("/v1/responses", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"].startswith("/tools/0/format/syntax"), r.json()

@@ -44,11 +44,14 @@ class ToolCall:
 
 
 def custom_input(arguments: str) -> str:
-    """The `input` string of a custom tool's arguments; the text itself where it is not
-    `{"input": "..."}` (strict levels below full do not bind it)."""
+    """The `input` string of a custom tool's arguments (as far as it was written, for a call
+    cut short); the text itself where it is not `{"input": "..."}` (strict levels below full
+    do not bind it)."""
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except ValueError:  # cut short: what was written of the input, if it is one
+        if _INPUT_HEAD.match(arguments) or _could_become_head(arguments):
+            return custom_input_prefix(arguments)
         return arguments
     if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):
         return value[CUSTOM_INPUT]
@@ -57,6 +60,21 @@ def custom_input(arguments: str) -> str:
 
 _INPUT_HEAD = re.compile(r'\{\s*"%s"\s*:\s*"' % CUSTOM_INPUT)  # noqa: UP031
 _ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
+
+
+def _could_become_head(text: str) -> bool:
+    """Whether `text` is the start of `{"input": "` (whitespace as JSON allows)."""
+    key = json.dumps(CUSTOM_INPUT)
+    rest = text.lstrip()
+    if not rest.startswith("{"):
+        return not rest
+    rest = rest[1:].lstrip()
+    if key.startswith(rest):
+        return True
+    if not rest.startswith(key):
+        return False
+    rest = rest[len(key):].lstrip()
+    return rest in ("", ":") or (rest.startswith(":") and not rest[1:].strip())
 
 
 def custom_input_prefix(arguments: str) -> str:

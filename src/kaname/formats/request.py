@@ -74,7 +74,7 @@ class TurnRequest:
         if len(set(names)) != len(names):
             raise ConstraintError("tool names must be unique", pointer="/tools")
         if self.tool_choice not in ("none", "auto", "required") and self.tool_choice not in names:
-            raise ConstraintError(f"tool_choice names unknown function {self.tool_choice!r}",
+            raise ConstraintError(f"tool_choice names unknown tool {self.tool_choice!r}",
                                   pointer="/tool_choice")
         if self.tool_choice == "required" and not self.callable_tools:
             raise ConstraintError("tool_choice 'required' needs at least one tool",

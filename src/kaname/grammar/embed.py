@@ -41,15 +41,15 @@ _TOKEN = re.compile(r"""
   | (?P<punct>[:|()\[\]{}*+?,.~&!-])
 """, re.VERBOSE)
 
-# Lark's `common` terminals that grammars import, written as regexes (escaped like any other).
+# Lark's `common` terminals that grammars import, written as regexes (escaped like any other):
+# DECIMAL: INT "." INT? | "." INT; FLOAT: INT _EXP | DECIMAL _EXP?; NUMBER: FLOAT | INT.
+_DECIMAL = r"[0-9]+\.[0-9]*|\.[0-9]+"
+_FLOAT = rf"[0-9]+[eE][+-]?[0-9]+|(?:{_DECIMAL})(?:[eE][+-]?[0-9]+)?"
 _COMMON = {
     "DIGIT": r"[0-9]", "HEXDIGIT": r"[a-fA-F0-9]", "INT": r"[0-9]+",
-    "SIGNED_INT": r"[+-]?[0-9]+", "DECIMAL": r"[0-9]+\.[0-9]*|\.[0-9]+",
-    "FLOAT": r"[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]+|[0-9]+\.[0-9]*|\.[0-9]+",
-    "SIGNED_FLOAT": r"[+-]?(?:[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]+|[0-9]+\.[0-9]*|\.[0-9]+)",
-    "NUMBER": r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?",
-    "SIGNED_NUMBER": r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?"
-                     r"[0-9]+)?)",
+    "SIGNED_INT": r"[+-]?[0-9]+", "DECIMAL": _DECIMAL, "FLOAT": _FLOAT,
+    "SIGNED_FLOAT": f"[+-]?(?:{_FLOAT})", "NUMBER": f"{_FLOAT}|[0-9]+",
+    "SIGNED_NUMBER": f"[+-]?(?:{_FLOAT}|[0-9]+)",
     "LCASE_LETTER": r"[a-z]", "UCASE_LETTER": r"[A-Z]", "LETTER": r"[A-Za-z]",
     "WORD": r"[A-Za-z]+", "CNAME": r"[_A-Za-z][_A-Za-z0-9]*",
     "ESCAPED_STRING": r'"(?:[^"\\\n]|\\.)*"', "WS_INLINE": r"[ \t]+",
@@ -118,7 +118,8 @@ def embed_lark(definition: str, prefix: str, *, json_escaped: bool, pointer: str
                 defined.add(text)
                 emit(rename(text), line)
                 i += 2
-                while i < len(tokens) and tokens[i][0] == "number":
+                while i < len(tokens) and (tokens[i][0] == "number" or tokens[i][:2] == (
+                        "punct", "-")):
                     i += 1
                 continue
             if line and nxt == ("punct", "["):
@@ -275,12 +276,57 @@ _PLAIN = r'[^"\\\x00-\x1f]'
 
 
 def _escaped_regex(pattern: str, flags: int, fail: Fail) -> str:
-    """A regex matching exactly the JSON-escaped spellings of what `pattern` matches."""
+    """A regex matching exactly the JSON-escaped spellings of what `pattern` matches.
+
+    The pattern is read with Python's regex parser; syntax where Rust's regex (which the
+    grammar as given is read with) means something else is refused, not misread."""
+    _refuse_rust_only(pattern, fail)
     try:
         tree = _p.parse(pattern, flags)
     except re.error as e:
         raise fail(f"cannot read the regex /{pattern}/: {e}") from e
-    return _seq(tree, bool(flags & re.DOTALL), fail)
+    flags |= tree.state.flags  # a leading (?s) or (?i) applies to the whole pattern
+    if flags & re.IGNORECASE:
+        raise fail("case-insensitive regexes are not supported")
+    items = list(tree)
+    # A terminal matches whole: anchors at its ends add nothing; anywhere else they would.
+    while items and items[0][0] is _c.AT and items[0][1] in _STARTS:
+        items.pop(0)
+    while items and items[-1][0] is _c.AT and items[-1][1] in _ENDS:
+        items.pop()
+    return _seq(items, bool(flags & re.DOTALL), fail)
+
+
+_STARTS = (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING)
+_ENDS = (_c.AT_END, _c.AT_END_STRING)
+
+
+def _refuse_rust_only(pattern: str, fail: Fail) -> None:
+    """Rust's class syntax that Python reads as literals: nested classes, `[:alpha:]`, and
+    the set operations `&&`, `--`, `~~`; Unicode classes `\\p{..}`."""
+    depth = 0
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            if pattern[i + 1:i + 2] in ("p", "P"):
+                raise fail("Unicode classes (\\p{...}) are not supported in a custom tool's "
+                           "grammar")
+            i += 2
+            continue
+        if depth and (ch == "[" or pattern[i:i + 2] in ("&&", "--", "~~")):
+            if not (ch == "-" and pattern[i + 2:i + 3] == "]"):
+                raise fail(f"Rust's class syntax ({pattern[i:i + 3]!r} inside [...]) is not "
+                           "supported in a custom tool's grammar")
+        if ch == "[" and not depth:
+            depth = 1
+            # a ']' first in a class (or after '^') is a literal
+            j = i + 1 + (pattern[i + 1:i + 2] == "^")
+            i = j + 1 if pattern[j:j + 1] == "]" else j
+            continue
+        if ch == "]" and depth:
+            depth = 0
+        i += 1
 
 
 def _seq(items: Any, dotall: bool, fail: Fail) -> str:
@@ -304,9 +350,6 @@ def _node(op: Any, av: Any, dotall: bool, fail: Fail) -> str:
         return f"(?:{_seq(sub, dotall, fail)}){{{lo},{top}}}"
     if op is getattr(_c, "ATOMIC_GROUP", None):
         return f"(?:{_seq(av, dotall, fail)})"
-    if op is _c.AT and av in (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING, _c.AT_END,
-                              _c.AT_END_STRING):
-        return ""  # a terminal matches whole: its anchors add nothing
     raise fail(f"regex construct {str(op).lower()} cannot be enforced")
 
 
@@ -315,7 +358,7 @@ def _one_char(op: Any, av: Any, dotall: bool, fail: Fail) -> str:
     matches as its escape sequence."""
     if op is _c.LITERAL:
         ch = chr(av)
-        return re.escape(json_escape(ch)) if ch in _SPECIALS else _class_char(ch, bare=True)
+        return re.escape(json_escape(ch)) if ch in _SPECIALS else _class_char(ch)
     if op is _c.ANY:
         plain, specials = _PLAIN, [c for c in _SPECIALS if dotall or c != "\n"]
     else:
@@ -361,10 +404,14 @@ def _class_item(op: Any, av: Any, fail: Fail) -> str:
     raise fail(f"regex class item {str(op).lower()} cannot be enforced")
 
 
-def _class_char(ch: str, *, bare: bool = False) -> str:
+# Rust's regex metacharacters: the only characters escaped (`\\<` is a word boundary there)
+_META = set("\\.+*?()|[]{}^$#&-~/")
+
+
+def _class_char(ch: str) -> str:
     """One character as a regex (or class member) that means exactly it."""
-    if ch.isalnum() or ch == "_" or ord(ch) > 0x7F:
+    if ch in _META:
+        return "\\" + ch
+    if 0x20 <= ord(ch) < 0x7F or ord(ch) > 0x7F:
         return ch
-    if 0x20 <= ord(ch) < 0x7F:
-        return "\\" + ch if not bare or not ch.isspace() else ch
     return f"\\x{ord(ch):02x}"  # control characters (both Python's and Rust's syntax)

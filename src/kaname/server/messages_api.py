@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ValidationError
 from starlette.responses import JSONResponse, Response
 
-from .errors import APIError
+from .errors import APIError, pointer_of
 from .messages_protocol import (
     CountTokensRequest,
     MessageIn,
@@ -148,7 +148,7 @@ def _parse(model: type[BaseModel], raw: Any, at: str) -> Any:
         return model.model_validate(raw)
     except ValidationError as e:
         first = e.errors()[0]
-        loc = "".join(f"/{x}" for x in first.get("loc", ()))
+        loc = pointer_of(first.get("loc", ()), raw) or ""
         message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
         raise _error(at + loc, message) from None
 
@@ -297,8 +297,11 @@ def _output_format(t: _Translation, req: CountTokensRequest) -> None:
 def _thinking(t: _Translation, req: CountTokensRequest) -> bool:
     """Maps `thinking`; whether the thinking text is to be left out of the reply."""
     thinking = req.thinking
-    if thinking is None or thinking.type == "adaptive":  # the server's default: may reason
-        return thinking is not None and thinking.display == "omitted"
+    if thinking is None:  # Anthropic's API thinks only when asked to
+        t.body["chat_template_kwargs"] = {"enable_thinking": False}
+        return False
+    if thinking.type == "adaptive":  # the server's default: the model may reason
+        return thinking.display == "omitted"
     t.body["chat_template_kwargs"] = {"enable_thinking": thinking.type == "enabled"}
     if thinking.type == "enabled":
         budget = thinking.budget_tokens
@@ -363,9 +366,11 @@ def _stop(result: TurnResult) -> tuple[str, str | None]:
     """(stop_reason, stop_sequence) of a finished turn."""
     if result.finish == "length":
         return "max_tokens", None
-    if result.stop_sequence is not None:
+    if result.finish == "tool_calls":  # complete calls: the agent loop must run them
+        return "tool_use", None
+    if result.stopped_by_string:
         return "stop_sequence", result.stop_sequence
-    return ("tool_use" if result.finish == "tool_calls" else "end_turn"), None
+    return "end_turn", None
 
 
 def _signature(thinking: str) -> str:

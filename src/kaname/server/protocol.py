@@ -9,9 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from ..errors import ConstraintError
 from ..formats.request import CUSTOM_INPUT
@@ -112,6 +120,18 @@ class CustomToolDef(_Loose):
 
     type: Literal["custom"]
     custom: CustomDef
+
+
+def _tool_kind(value: Any) -> str:
+    """Which tool model reads a tool: by its `type` (function where it has none). The tags
+    are not field names, so error locations read against the body skip them."""
+    kind = value.get("type", "function") if isinstance(value, dict) \
+        else getattr(value, "type", "function")
+    return "custom-tool" if kind == "custom" else "function-tool"
+
+
+AnyTool = Annotated[Annotated[ToolDef, Tag("function-tool")]
+                    | Annotated[CustomToolDef, Tag("custom-tool")], Discriminator(_tool_kind)]
 
 
 class NamedFunction(_Loose):
@@ -221,9 +241,13 @@ class _Sampling(_Loose):
         return [s for s in stops if s]
 
 
+def _tool_name(tool: ToolDef | CustomToolDef) -> str:
+    return tool.function.name if isinstance(tool, ToolDef) else tool.custom.name
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    tools: list[ToolDef | CustomToolDef] | None = None
+    tools: list[AnyTool] | None = None
     tool_choice: (Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomChoice
                   | AllowedToolsChoice | None) = None
     parallel_tool_calls: bool | None = None
@@ -258,8 +282,13 @@ class ChatCompletionRequest(_Sampling):
             return choice
         if isinstance(choice, AllowedToolsChoice):
             return choice.allowed_tools.mode
-        return choice.function.name if isinstance(choice, NamedToolChoice) \
-            else choice.custom.name
+        kind, name = ("function", choice.function.name) if isinstance(choice, NamedToolChoice) \
+            else ("custom", choice.custom.name)
+        for tool in self.tools or ():
+            if _tool_name(tool) == name and tool.type != kind:
+                raise ConstraintError(f"tool_choice names the {kind} tool {name!r}, but "
+                                      f"{name!r} is a {tool.type} tool", pointer="/tool_choice")
+        return name
 
     def allowed_tool_names(self) -> list[str] | None:
         """`tool_choice: {"type": "allowed_tools", ...}`: the tools that may be called."""

@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -293,8 +293,10 @@ class ResponseStore:
 
     def put(self, response: dict[str, Any], history: Sequence[Located],
             new: Sequence[Located], parent: Stored | None) -> None:
+        # a call cut short by max_output_tokens has no JSON arguments: continuing the
+        # conversation leaves it out rather than failing on the server's own output
         chain = (*history, *new, *((item, "/previous_response_id")
-                                   for item in response["output"]))
+                                   for item in response["output"] if _replayable(item)))
         own = len(json.dumps([item for item, _ in new])) + len(json.dumps(response["output"]))
         entry = Stored(response, chain, own + (parent.size if parent else 0))
         if entry.size > self.max_bytes:
@@ -310,6 +312,16 @@ class ResponseStore:
         if entry is not None:
             self._bytes -= entry.size
         return entry is not None
+
+
+def _replayable(item: Mapping[str, Any]) -> bool:
+    if item.get("type") != "function_call":
+        return True
+    try:
+        json.loads(item.get("arguments", ""))
+    except ValueError:
+        return False
+    return True
 
 
 def _not_found(response_id: str) -> APIError:

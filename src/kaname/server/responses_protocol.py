@@ -416,7 +416,7 @@ def _tool(tool: Any, i: int, out: ChatBody) -> dict[str, Any]:
             raise _bad("a custom tool's description is a string", f"{at}/description")
         fmt = tool.get("format")
         if fmt is not None:
-            spec["format"] = _custom_format(fmt, f"{at}/format")
+            spec["format"] = _custom_format(fmt)
         out.move(f"{at}/custom", at)
         out.move(f"{at}/custom/format/grammar", f"{at}/format")
         return {"type": "custom", "custom": spec}
@@ -424,18 +424,12 @@ def _tool(tool: Any, i: int, out: ChatBody) -> dict[str, Any]:
                        f"{at}/type")
 
 
-def _custom_format(fmt: Any, at: str) -> dict[str, Any]:
-    if not isinstance(fmt, Mapping) or fmt.get("type") not in ("text", "grammar"):
-        raise _bad('a custom tool\'s format is {"type": "text"} or {"type": "grammar", '
-                   '"syntax", "definition"}', at)
-    if fmt["type"] == "text":
-        return {"type": "text"}
-    if fmt.get("syntax") not in ("lark", "regex"):
-        raise _bad('a grammar\'s syntax is "lark" or "regex"', f"{at}/syntax")
-    definition = fmt.get("definition")
-    if not isinstance(definition, str) or not definition:
-        raise _bad("a grammar needs its definition", f"{at}/definition")
-    return {"type": "grammar", "grammar": {"syntax": fmt["syntax"], "definition": definition}}
+def _custom_format(fmt: Any) -> Any:
+    """The flat grammar format in chat's shape; the chat request's model checks it (its
+    errors are moved back to this format's pointers)."""
+    if isinstance(fmt, Mapping) and fmt.get("type") == "grammar":
+        return {"type": "grammar", "grammar": _present(fmt, "syntax", "definition")}
+    return fmt
 
 
 def _tool_choice(choice: Any, out: ChatBody) -> Any:

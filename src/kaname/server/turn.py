@@ -83,11 +83,20 @@ class TurnResult:
     finish: str
     gen: Generated
     kaname: dict[str, Any]
+    stop: tuple[str, ...] = ()  # the request's stop strings
+    cut_by_stop: bool = False  # a stop string ended the turn before its end marker
+
+    @property
+    def stopped_by_string(self) -> bool:
+        return self.gen.stop_sequence is not None or self.cut_by_stop
 
     @property
     def stop_sequence(self) -> str | None:
-        """The stop string the generation ended at, if one did."""
-        return self.gen.stop_sequence
+        """The stop string the generation ended at: as the backend names it, or the one stop
+        string of a request whose turn a stop string cut (an upstream need not say which)."""
+        if self.gen.stop_sequence is not None:
+            return self.gen.stop_sequence
+        return self.stop[0] if self.cut_by_stop and len(self.stop) == 1 else None
 
 
 @dataclass
@@ -103,12 +112,14 @@ class Turn:
     response_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def result(self, gen: Generated, message: dict[str, Any], finish: str) -> TurnResult:
+    def result(self, gen: Generated, message: dict[str, Any], finish: str,
+               cut_by_stop: bool = False) -> TurnResult:
         return TurnResult(message, finish, gen, {
             **self.ext, "enforced": gen.enforced,
             "not_enforced_reason": gen.not_enforced_reason,
             "content_valid": _content_valid(self.content_check, message, finish),
-            "tool_calls_valid": self.call.verdicts(message)})
+            "tool_calls_valid": self.call.verdicts(message)},
+            tuple(self.call.params.stop), cut_by_stop)
 
 
 class Turns:
@@ -183,8 +194,8 @@ class Turns:
     async def complete(self, request: Request, turn: Turn) -> TurnResult:
         gen = await run_watching(request, turn.call)
         count(self.metrics, gen)
-        message, finish = _chat_message(turn, gen)
-        return turn.result(gen, message, finish)
+        message, finish, cut = _chat_message(turn, gen)
+        return turn.result(gen, message, finish, cut)
 
     async def stream(self, turn: Turn) -> AsyncGenerator[dict[str, Any] | TurnResult, None]:
         """The turn as chat deltas (StreamParser's) as they become final, then its
@@ -209,36 +220,38 @@ class Turns:
             yield turn.result(gen, {"role": "assistant", "content": gen.text},
                               gen.finish_reason)
             return
+        cut = False
         if gen.finish_reason == "stop":
             try:
                 parsed, deltas = parser.finish()
             except FormatParseError:
                 if not call.params.stop:
                     raise
-                parsed, deltas = _partial(turn, parser.text), []
+                parsed, deltas, cut = _partial(turn, parser.text), [], True
             for delta in deltas:
                 yield delta
             finish = "tool_calls" if parsed.tool_calls else "stop"
         else:
             parsed, finish = _partial(turn, parser.text), "length"
-        yield turn.result(gen, parsed.to_message(), finish)
+        yield turn.result(gen, parsed.to_message(), finish, cut)
 
 
 def _partial(turn: Turn, text: str) -> ParsedTurn:
     return parse_partial(turn.fmt, text, id_prefix=turn.id_prefix, tools=turn.call.tools)
 
 
-def _chat_message(turn: Turn, gen: Generated) -> tuple[dict[str, Any], str]:
+def _chat_message(turn: Turn, gen: Generated) -> tuple[dict[str, Any], str, bool]:
+    """(message, finish, whether a stop string cut the turn short)."""
     if not gen.enforced:  # raw upstream text, allowed by the caller and marked as such
-        return {"role": "assistant", "content": gen.text}, gen.finish_reason
+        return {"role": "assistant", "content": gen.text}, gen.finish_reason, False
     try:
         parsed, finish = finish_turn(turn.fmt, gen.text, gen.finish_reason,
                                      id_prefix=turn.id_prefix, tools=turn.call.tools)
     except FormatParseError:
         if not turn.call.params.stop:
             raise
-        parsed, finish = _partial(turn, gen.text), "stop"
-    return parsed.to_message(), finish
+        return _partial(turn, gen.text).to_message(), "stop", True
+    return parsed.to_message(), finish, False
 
 
 def _check_content(backend: Backend, content: Constraint

@@ -178,8 +178,9 @@ class UpstreamBackend:
             self.metrics.not_enforced.inc()
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         completion_tokens = int(usage.get("completion_tokens") or 0)
+        # which stop string, only where the upstream says (the turn knows more: turn.py)
         named = stop_reason if isinstance(stop_reason, str) and stop_reason in params.stop \
-            else (params.stop[0] if len(params.stop) == 1 and by_string else None)
+            else None
         return Generated(text, finish, prompt_tokens, completion_tokens,
                          enforced=unenforced is None, not_enforced_reason=unenforced,
                          token_ids=replay.tokens if replay.exact else None,
