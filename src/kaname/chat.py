@@ -73,22 +73,41 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     """Render and build the grammar; ConstraintError (a 400) for what cannot be enforced.
     `chat_template`: the model's own Jinja template renders the prompt instead of the spec.
     `guards`: this turn's (default: the compiler's)."""
-    req = TurnRequest(tools=tools_from_openai(tools), tool_choice=tool_choice,
+    parsed_tools = tools_from_openai(tools)
+    if chat_template is not None:
+        prompt = render_template(chat_template, messages, parsed_tools, bos_token=fmt.bos,
+                                 eos_token=fmt.end_of_turn,
+                                 enable_thinking=reasoning != "off")
+        opening = opened_by(fmt, prompt)
+    else:
+        continuing = fmt.continue_after_tool and bool(messages) \
+            and messages[-1].get("role") == "tool"
+        # where the format's prompt opens the reasoning block, the prompt decides the mode
+        opening = "" if continuing else fmt.opening(reasoning)
+        prompt = render_prompt(fmt, messages, parsed_tools) + opening
+    req = TurnRequest(tools=parsed_tools, tool_choice=tool_choice,
                       allowed_tools=None if allowed_tools is None else tuple(allowed_tools),
                       parallel_tool_calls=parallel_tool_calls, response_format=response_format,
                       reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
-                      strict_level=strict_level)
+                      strict_level=strict_level, opening=opening)
     if guards is None and compiler is not None:
         guards = compiler.guards
     checks = check_tools(fmt, req, compiler)
     lark = build_grammar(fmt, req, tokenizer, guards=guards, checks=checks)
-    if chat_template is not None:
-        prompt = render_template(chat_template, messages, req.tools, bos_token=fmt.bos,
-                                 eos_token=fmt.end_of_turn,
-                                 enable_thinking=reasoning != "off")
-    else:
-        prompt = render_prompt(fmt, messages, req.tools)
     return PreparedTurn(fmt, req, prompt, lark, checks)
+
+
+def opened_by(fmt: ChatFormat, prompt: str) -> str:
+    """What a rendered prompt already wrote of the turn: the reasoning block's opening, or
+    the format's no-reasoning marker, where its generation prompt ends with one (a Jinja
+    template such as Qwen3-2507 Thinking's ends with "<think>\\n")."""
+    r = fmt.reasoning
+    if r is None:
+        return ""
+    for marker in (r.begin, r.off):
+        if marker and prompt.endswith(marker):
+            return marker
+    return ""
 
 
 def new_call_id_prefix(stem: str = "call_") -> str:
@@ -98,8 +117,9 @@ def new_call_id_prefix(stem: str = "call_") -> str:
 
 def finish_turn(fmt: ChatFormat, text: str, finish_reason: str, *, id_prefix: str,
                 tools: Sequence[Tool] = ()) -> tuple[ParsedTurn, str]:
-    """Parse the generated text; the OpenAI finish_reason (stop | tool_calls | length).
-    `tools` are the request's (per-key formats need them to type argument values)."""
+    """Parse the turn's text (the prompt's opening, TurnRequest.opening, and what was
+    generated); the OpenAI finish_reason (stop | tool_calls | length). `tools` are the
+    request's (per-key formats need them to type argument values)."""
     if finish_reason == "stop":
         turn = parse(fmt, text, id_prefix=id_prefix, tools=tools)
         return turn, "tool_calls" if turn.tool_calls else "stop"
@@ -136,7 +156,7 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                         chat_template=chat_template)
     result = engine.generate(turn.prompt_without_bos, Lark(turn.grammar), max_tokens=max_tokens,
                              temperature=temperature, seed=seed)
-    parsed, finish = finish_turn(fmt, result.text, result.finish_reason,
+    parsed, finish = finish_turn(fmt, turn.request.opening + result.text, result.finish_reason,
                                  id_prefix=new_call_id_prefix(), tools=turn.request.tools)
     usage = {"prompt_tokens": result.usage.prompt_tokens,
              "completion_tokens": result.usage.completion_tokens,

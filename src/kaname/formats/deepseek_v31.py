@@ -1,5 +1,6 @@
-"""DeepSeek V3.1: `<think>` reasoning opened by the model, `</think>` alone for a turn without
-it, fullwidth-bar tool-call markers, and a turn that goes on after tool results.
+"""DeepSeek V3.1: `<think>` reasoning opened by the prompt (the template's generation prompt
+ends with "<think>" in thinking mode, with "</think>" otherwise, its default), fullwidth-bar
+tool-call markers, and a turn that goes on after tool results.
 
 The official template does not read `tools`; the model card asks for this tool description
 after the system prompt ("{system prompt}\\n\\n{tool_description}"), which kaname writes. The
@@ -41,7 +42,8 @@ DEEPSEEK_V31 = ChatFormat(
     tools_template=_TOOLS,
     tool_template="### {name}\nDescription: {description}\n\nParameters: {parameters}\n\n",
     tools_position="system",
-    reasoning=ReasoningSyntax(begin="<think>", end="</think>", off="</think>"),
+    reasoning=ReasoningSyntax(begin="<think>", end="</think>", off="</think>",
+                              opened_by_prompt=True, prompt_default="closed"),
     reasoning_history="drop",
     continue_after_tool=True,
     tool_calls=ToolCallSyntax(

@@ -163,7 +163,13 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     if r is None and req.reasoning == "required":
         raise ConstraintError(f"reasoning required, but format {fmt.name} has no reasoning "
                               "block", pointer="/reasoning")
-    if r is not None:
+    if r is not None and req.opening and req.opening == r.begin:
+        # the prompt opened the block: the turn starts inside it and must close it
+        think = b.until(r.end, max_tokens=req.max_reasoning_tokens)
+        lead = f"{think} "
+    elif r is not None and req.opening:
+        lead = ""  # the prompt wrote the no-reasoning marker
+    elif r is not None:
         off = b.lit(r.off)
         if req.reasoning == "off":
             lead = f"{off}? " if off else ""

@@ -50,3 +50,16 @@ HERMES = replace(
     reasoning=None,
     reasoning_history="keep",
 )
+
+# Qwen3-2507 Thinking models reason on every turn: their template's generation prompt ends
+# with "<think>\n" (the model card: "it is normal for the model's output to contain only
+# </think> without an explicit opening <think> tag"), so the grammar starts inside the block
+# and the turn cannot be switched to not reasoning.
+QWEN3_THINKING = replace(
+    QWEN3,
+    name="qwen3_thinking",
+    aliases=("qwen3-2507-thinking", "qwen3_2507_thinking"),
+    description="Qwen3-2507 Thinking: Qwen3's turns and calls, the prompt opens <think>",
+    source="Qwen3-2507 Thinking chat_template (Qwen3's, generation prompt ending in <think>)",
+    reasoning=replace(QWEN3.reasoning, opened_by_prompt=True) if QWEN3.reasoning else None,
+)

@@ -66,6 +66,9 @@ class TurnRequest:
     response_format: Mapping[str, Any] | None = None
     reasoning: ReasoningMode = "off"
     max_reasoning_tokens: int | None = None
+    # what the prompt already wrote of the turn (ChatFormat.opening, or what a Jinja template's
+    # generation prompt ends with): the grammar starts after it, the parser reads it first
+    opening: str = ""
     strict_level: StrictLevel = "full"
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -32,6 +32,12 @@ class ReasoningSyntax:
     end: str
     pad: str = ""
     off: str = ""
+    # The generation prompt writes the turn's opening itself (Qwen3-2507 Thinking ends it with
+    # "<think>\n", DeepSeek V3.1 with "<think>" or "</think>"): `begin` where the turn reasons,
+    # `off` where it does not; the model writes from there on. `prompt_default` is which of the
+    # two a turn that may reason ("on") gets: the template's default.
+    opened_by_prompt: bool = False
+    prompt_default: Literal["open", "closed"] = "open"
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,23 @@ class ChatFormat:
     # Gemma's template trims user and assistant message text (`| trim`)
     trim_content: bool = False
     aliases: tuple[str, ...] = field(default_factory=tuple)
+
+    def opening(self, reasoning: str) -> str:
+        """What the generation prompt writes of a turn in reasoning mode `reasoning` (off / on
+        / required) before the model starts: "" unless the format's prompt opens the
+        reasoning block. ConstraintError where the mode cannot be had."""
+        r = self.reasoning
+        if r is None or not r.opened_by_prompt:
+            return ""
+        if reasoning == "required" or (reasoning == "on" and r.prompt_default == "open"):
+            return r.begin
+        if not r.off:
+            from ..errors import ConstraintError
+
+            raise ConstraintError(f"format {self.name} always reasons (its prompt opens the "
+                                  "reasoning block): reasoning cannot be switched off",
+                                  pointer="/reasoning_effort")
+        return r.off
 
     @property
     def calls_end(self) -> str:

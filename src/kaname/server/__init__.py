@@ -28,6 +28,8 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
     if config.reasoning in ("on", "required") and fmt.reasoning is None:
         raise ConstraintError(f"--reasoning {config.reasoning}: format {fmt.name} has no "
                               "reasoning block")
+    if config.reasoning == "off":
+        fmt.opening("off")  # a model whose prompt always opens the block cannot be switched off
     if config.upstream and not config.upstream_model:
         config = dataclasses.replace(
             config, upstream_model=discover_model(config.upstream, config.upstream_api_key))

@@ -50,6 +50,11 @@ class ServerConfig:
         server = (self.reasoning or "on") if fmt.reasoning else "off"
         if asked is None:
             return server
+        if asked.mode == "off" and fmt.reasoning is not None \
+                and fmt.reasoning.opened_by_prompt and not fmt.reasoning.off:
+            raise APIError(400, f"{asked.param}: format {fmt.name} always reasons (its prompt "
+                                "opens the reasoning block); leave it unset",
+                           param=asked.param, code="unsupported_parameter")
         if asked.mode != "off" and server == "off":
             why = (f"format {fmt.name} has no reasoning block" if not fmt.reasoning
                    else "this server runs with --reasoning off")

@@ -202,6 +202,9 @@ class Turns:
         TurnResult; the deltas add up to the result's message."""
         call, fmt = turn.call, turn.fmt
         parser = StreamParser(fmt, id_prefix=turn.id_prefix, tools=call.tools)
+        opening = turn.prepared.request.opening
+        for delta in parser.feed(opening):  # what the prompt wrote of the turn
+            yield delta
         gen: Generated | None = None
         async with aclosing(generate_streamed(call)) as items:
             async for item in items:
@@ -214,7 +217,7 @@ class Turns:
             raise RuntimeError("generation ended without a result")
         count(self.metrics, gen)
         if not gen.enforced:
-            rest = gen.text[len(parser.text):]
+            rest = (opening + gen.text)[len(parser.text):]
             if rest:
                 yield {"content": rest}
             yield turn.result(gen, {"role": "assistant", "content": gen.text},
@@ -244,13 +247,14 @@ def _chat_message(turn: Turn, gen: Generated) -> tuple[dict[str, Any], str, bool
     """(message, finish, whether a stop string cut the turn short)."""
     if not gen.enforced:  # raw upstream text, allowed by the caller and marked as such
         return {"role": "assistant", "content": gen.text}, gen.finish_reason, False
+    text = turn.prepared.request.opening + gen.text  # the prompt may have opened the turn
     try:
-        parsed, finish = finish_turn(turn.fmt, gen.text, gen.finish_reason,
+        parsed, finish = finish_turn(turn.fmt, text, gen.finish_reason,
                                      id_prefix=turn.id_prefix, tools=turn.call.tools)
     except FormatParseError:
         if not turn.call.params.stop:
             raise
-        return _partial(turn, gen.text).to_message(), "stop", True
+        return _partial(turn, text).to_message(), "stop", True
     return parsed.to_message(), finish, False
 
 
