@@ -71,6 +71,12 @@ def test_guarded_language_is_a_subset(gemma):
 @pytest.mark.parametrize("guards, text, ok", [
     (Guards(), '{"a": 1}', True),
     (Guards(), '{"a":1}', False),  # fixed separators: the layout is forced
+    # opt-in: a model's own one-line layout, at most one space after , and :
+    (Guards(separators=(",", ":"), separator_space=1), '{"a": 1, "b": 2}', True),
+    (Guards(separators=(",", ":"), separator_space=1), '{"a":1,"b":2}', True),
+    (Guards(separators=(",", ":"), separator_space=1), '{"a":  1}', False),
+    (Guards(separators=(",", ":"), separator_space=1), '{ "a": 1}', False),
+    (Guards(separators=(",", ":"), separator_space=1), '{"a":\n1}', False),
     (Guards(separators=None, max_whitespace=2), '{ "a":  1}', True),
     (Guards(separators=None, max_whitespace=2), '{"a":   1}', False),
     (Guards(separators=None, max_whitespace=0), '{"a":1}', True),

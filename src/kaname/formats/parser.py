@@ -367,8 +367,9 @@ class _Scan:
         it arrives; any other layout is read whole and re-serialised."""
         s = self.fmt.tool_calls
         assert s is not None
-        head = re.compile(r'\{%s: ("(?:[^"\\]|\\.)*"), %s: ' % (  # noqa: UP031
-            re.escape(json.dumps(s.name_key)), re.escape(json.dumps(s.args_key))))
+        head = re.compile(r'\{%s%s:%s("(?:[^"\\]|\\.)*")%s,%s%s%s:%s' % (  # noqa: UP031
+            _WS, re.escape(json.dumps(s.name_key)), _WS, _WS, _WS,
+            re.escape(json.dumps(s.args_key)), _WS, _WS))
         m = head.match(self.text, self.pos)
         if m:
             call = ToolCall(index, json.loads(m.group(1)), "", call_id)
@@ -458,10 +459,32 @@ class _Scan:
         return value, True
 
 
+_WS = r"[ \t\n\r]*"  # JSON whitespace: the grammar bounds it, the parser need not
+
+
+def _compact(text: str) -> str:
+    """`text` without JSON whitespace outside strings (a partial text's too)."""
+    out: list[str] = []
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            out.append(ch)
+            if ch == '"' and not escaped:
+                in_string = False
+            escaped = ch == "\\" and not escaped
+            continue
+        if ch in " \t\n\r":
+            continue
+        out.append(ch)
+        in_string = ch == '"'
+    return "".join(out)
+
+
 def _could_become(text: str, name_key: str, args_key: str) -> bool:
-    """Whether partial `text` may still grow into the canonical call head
-    `{"<name_key>": "NAME", "<args_key>": `."""
-    first = "{" + json.dumps(name_key) + ": "
+    """Whether partial `text` may still grow into the call head
+    `{"<name_key>": "NAME", "<args_key>": ` (in any JSON whitespace)."""
+    text = _compact(text)
+    first = "{" + json.dumps(name_key) + ":"
     if first.startswith(text):
         return True
     if not text.startswith(first):
@@ -476,7 +499,7 @@ def _could_become(text: str, name_key: str, args_key: str) -> bool:
             continue
         if rest[i] == '"':
             after = rest[i + 1:]
-            second = ", " + json.dumps(args_key) + ": "
+            second = "," + json.dumps(args_key) + ":"
             return second.startswith(after) or after.startswith(second)
         i += 1
     return True  # the name is still being written

@@ -31,6 +31,12 @@ class Guards:
         max_whitespace.
     max_whitespace: with separators=None, whitespace characters allowed at each place JSON
         allows whitespace (0 = compact JSON; None = unbounded).
+    separator_space: with separators, at most this many spaces after each separator (and no
+        other whitespace): `Guards(separators=(",", ":"), separator_space=1)` accepts both
+        `json.dumps`'s layout and compact JSON (`{"a":1}`, which DeepSeek's and harmony's
+        documentation write). Off by default: measured on the adversarial runtime, the
+        optional space lets 2-4 of 60 runs grow free-form property names until max_tokens,
+        where the fixed layout ends all 60 (docs/benchmarks.md, "JSON layout").
     max_integer_digits: digits before the decimal point of numbers without user bounds.
     max_fraction_digits: digits after the decimal point of numbers without `multipleOf`, and
         of the seconds of `date-time` / `time` strings without maxLength (as a maxLength).
@@ -43,13 +49,15 @@ class Guards:
 
     separators: tuple[str, str] | None = (", ", ": ")
     max_whitespace: int | None = 8
+    separator_space: int = 0
     max_integer_digits: int | None = 15
     max_fraction_digits: int | None = 8
     max_string_length: int | None = None
     max_array_items: int | None = None
 
     def key(self) -> tuple[object, ...]:
-        return (self.separators, self.max_whitespace, self.max_integer_digits,
+        return (self.separators, self.max_whitespace, self.separator_space,
+                self.max_integer_digits,
                 self.max_fraction_digits, self.max_string_length, self.max_array_items)
 
 
@@ -265,8 +273,9 @@ def whitespace_options(guards: Guards) -> dict[str, Any]:
     """llguidance JSON compile options for the whitespace guard."""
     if guards.separators is not None:
         item, key = guards.separators
-        return {"whitespace_flexible": False, "item_separator": re.escape(item),
-                "key_separator": re.escape(key)}
+        space = f" {{0,{guards.separator_space}}}" if guards.separator_space else ""
+        return {"whitespace_flexible": False, "item_separator": re.escape(item) + space,
+                "key_separator": re.escape(key) + space}
     if guards.max_whitespace is None:
         return {"whitespace_flexible": True}
     if guards.max_whitespace == 0:

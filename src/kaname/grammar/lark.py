@@ -58,6 +58,8 @@ def guarded_json(schema: Any, guards: Guards, *, strict: bool = True, rewrite: b
                 caps["formats_as_patterns"] = {"at": rewritten.unchecked_formats}
     if guards.separators is not None:
         caps["separators"] = {"value": list(guards.separators)}
+        if guards.separator_space:
+            caps["separators"]["then_spaces"] = guards.separator_space
     elif guards.max_whitespace is not None:
         caps["max_whitespace"] = {"value": guards.max_whitespace}
     return expr, caps

@@ -193,6 +193,7 @@ class GuardsIn(_Loose):
 
     separators: tuple[str, str] | None = None
     max_whitespace: int | None = Field(default=None, ge=0, le=64)
+    separator_space: int | None = Field(default=None, ge=0, le=4)
     max_integer_digits: int | None = Field(default=None, ge=1, le=308)
     max_fraction_digits: int | None = Field(default=None, ge=0, le=300)
     max_string_length: int | None = Field(default=None, ge=1)
