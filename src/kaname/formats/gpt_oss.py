@@ -1,12 +1,33 @@
 """gpt-oss (harmony): every message is `<|start|>ROLE<|channel|>CHANNEL<|message|>…`.
 
-After the `<|start|>assistant` generation prompt the model writes its reasoning as
-`<|channel|>analysis<|message|>…<|end|>` and opens the next message itself
-(`<|start|>assistant`), then either the answer, `<|channel|>final<|message|>…<|return|>`, or
-one tool call, ` to=functions.NAME<|channel|>commentary json<|message|>{…}<|call|>` (the
-recipient in the header, as the Hugging Face template writes calls; OpenAI's harmony library
-writes it after the channel, with `<|constrain|>json`: that variant is not accepted). One call
-per turn; no content next to a call (commentary preambles are not modelled).
+After the `<|start|>assistant` generation prompt the model writes its messages, each opening the
+next with `<|end|><|start|>assistant`. What the grammar accepts (and the parser reads) in one
+turn, as harmony's format docs, its renderer and parser tests, and the Hugging Face template
+write it (docs/formats-harmony.md has the sources):
+
+    [analysis]  <|channel|>analysis<|message|>…<|end|><|start|>assistant      (reasoning)
+    then either the answer:
+                <|channel|>final<|message|>…<|return|>
+    or one tool call, optionally after one preamble:
+    [preamble]  <|channel|>commentary<|message|>…<|end|><|start|>assistant    (content)
+    call        HEADER{…arguments JSON…}<|call|>
+
+HEADER puts the recipient before the channel (the template, harmony's renderer) or after it
+(harmony's docs), with the content type written " json", " <|constrain|>json",
+"<|constrain|>json" or left out:
+
+     to=functions.NAME<|channel|>commentary[CT]<|message|>
+    <|channel|>commentary to=functions.NAME[CT]<|message|>
+
+All eight spellings give the same call; history is rendered the template's way,
+` to=functions.NAME<|channel|>commentary json<|message|>`. A preamble (a commentary message
+without recipient, meant for the user) is the turn's `content` next to the call, as vLLM maps
+it, and is rendered back as a preamble. At most one per turn (the docs show one, and a turn
+ends at `<|call|>`), its text ending at `<|end|>`; allowed under any tool_choice that allows
+calls, but not with a JSON response_format (content must follow it). One call per turn:
+`<|call|>` stops generation, the next call is the next turn. Not accepted, on purpose: an
+answer next to a call, a preamble before an answer, more than one analysis message, built-in
+tools (browser, python) and other recipients.
 
 Prompt: harmony's system message (model identity, dates, reasoning effort "medium", channels),
 the OpenAI system message as the developer message's "# Instructions", the tools as a
@@ -95,12 +116,22 @@ def render_namespace(tools: Sequence[Tool]) -> str:
     return out + "} // namespace functions"
 
 
+_RECIPIENT = " to=functions."
+_COMMENTARY = "<|channel|>commentary"
+_MESSAGE = "<|message|>"
+# how the model writes the content type of a call's arguments: the template's first
+CONTENT_TYPES = (" json", " <|constrain|>json", "<|constrain|>json", "")
+# (begin, end) around NAME: the recipient before the channel, then after it
+HEADERS = (*((_RECIPIENT, _COMMENTARY + ct + _MESSAGE) for ct in CONTENT_TYPES),
+           *((_COMMENTARY + _RECIPIENT, ct + _MESSAGE) for ct in CONTENT_TYPES))
+
 GPT_OSS = ChatFormat(
     name="gpt_oss",
     aliases=("harmony", "gpt-oss"),
-    description="gpt-oss harmony: analysis / final channels, one ` to=functions.NAME` "
-                "commentary call per turn, <|return|> / <|call|>",
-    source="openai/gpt-oss-20b chat_template and the harmony format docs",
+    description="gpt-oss harmony: analysis / final channels, one commentary call per turn "
+                "(recipient before or after the channel, an optional preamble), "
+                "<|return|> / <|call|>",
+    source="openai/gpt-oss-20b chat_template, the harmony format docs and renderer",
     special_tokens=("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>",
                     "<|return|>", "<|call|>", "<|startoftext|>", "<|endoftext|>"),
     bos="",
@@ -124,7 +155,8 @@ GPT_OSS = ChatFormat(
                               end="<|end|><|start|>assistant"),
     reasoning_history="after_last_user",
     tool_calls=ToolCallSyntax(
-        layout="name_args", call_begin=" to=functions.", call_end="",
-        args_begin="<|channel|>commentary json<|message|>", end_of_turn="<|call|>",
-        parallel=False, content_before_calls=False),
+        layout="name_args", call_begin=HEADERS[0][0], call_end="", args_begin=HEADERS[0][1],
+        headers=HEADERS[1:], end_of_turn="<|call|>", parallel=False,
+        content_before_calls=False, preamble_begin=_COMMENTARY + _MESSAGE,
+        preamble_end="<|end|><|start|>assistant"),
 )

@@ -1,16 +1,18 @@
 """One Lark grammar (llguidance dialect) for a whole assistant turn of a chat format.
 
     start: [reasoning | off marker] body
-    body:  content END | content? OPENER calls CALLS_END | OPENER calls CALLS_END
-           (by tool_choice; `content?` only where the format writes content before calls)
+    body:  content END | content? OPENER calls CALLS_END | preamble? OPENER calls CALLS_END
+           (by tool_choice; `content?` only where the format writes content before calls,
+           `preamble?` where it writes a message before calls instead: harmony)
 
 Reasoning is off / optional / required, with an optional token budget after which the end
 marker is forced; a format's "no reasoning" marker (DeepSeek's "</think>") is allowed wherever
 no reasoning block is. Tool names are fixed strings; arguments are `%json` of each tool's
 parameters (strict level "full"), any JSON object ("names"), or any name and object ("off");
-per-key arguments bind each key to its property schema (see `keyed.py`). Free text stops at the
-next marker: a special token ends a regex by itself; a marker spelled as plain text is reached
-through a lazy rule, so text can never swallow it.
+per-key arguments bind each key to its property schema (see `keyed.py`). A format with other
+header spellings (harmony) gets every one of them, each call carrying its own begin marker.
+Free text stops at the next marker: a special token ends a regex by itself; a marker spelled as
+plain text is reached through a lazy rule, so text can never swallow it.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     if tools and syntax is not None:
         calls = _calls(b, fmt, req, tools)
         calls_end = _one_of(b, (fmt.calls_end, *fmt.end_of_turn_alt))
-        opener = b.lit(syntax.opener)
+        # with other headers the opener is part of each header spelling (see `_header`)
+        opener = "" if syntax.headers else b.lit(syntax.opener)
         bare_calls = not syntax.opener and req.tool_choice == "auto"
         if req.tool_choice == "auto" and syntax.content_before_calls and syntax.opener:
             if content is None:
@@ -148,7 +151,13 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
                 before = _seq(cb, content, b.lit(syntax.after_content))
                 alternatives.append(_seq(f"({before})?", opener, calls, calls_end))
         else:
-            alternatives.append(_seq(opener, calls, calls_end))
+            preamble = ""
+            # at most one, free text ending at its marker; it is the turn's content, so only
+            # where content is free text (JSON content follows response_format)
+            if syntax.preamble_begin and content is None:
+                text = b.until(syntax.preamble_end)
+                preamble = f"({_seq(b.lit(syntax.preamble_begin), text)})?"
+            alternatives.append(_seq(preamble, opener, calls, calls_end))
     if req.tool_choice in ("auto", "none") or not tools:
         if content is None:
             text = b.until(content_ends, text=_NO_BRACE_TEXT if bare_calls else ANY_TEXT)
@@ -198,8 +207,10 @@ def _calls(b: _Builder, fmt: ChatFormat, req: TurnRequest, tools: tuple[Tool, ..
     else:
         b.rules.append(f"{inner}: " + " | ".join(_call_inner(b, s, req, t) for t in tools))
     call = b.name("call")
-    b.rules.append(f"{call}: {_seq(b.lit(s.call_begin), inner, b.lit(s.call_end))}")
-    # the first call's begin marker is the opener when there is no section marker
+    begin = "" if s.headers else b.lit(s.call_begin)  # else in each header spelling
+    b.rules.append(f"{call}: {_seq(begin, inner, b.lit(s.call_end))}")
+    # the first call's begin marker is the opener when there is no section marker (with other
+    # header spellings it is in `inner`)
     first = _seq(inner, b.lit(s.call_end)) if not s.section_begin else call
     # A named tool_choice forces exactly one call of that function (as OpenAI does): seen on
     # Gemma, a model allowed more repeats the forced call until max_tokens.
@@ -246,11 +257,7 @@ def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | N
                   "required": [s.name_key, s.args_key], "additionalProperties": False}
         return b.json(schema, strict=tool is not None and tool.strict)
     name = "/[A-Za-z0-9_.-]+/" if tool is None else string_literal(tool.name)
-    parts = [b.lit(s.name_prefix), name]
-    if s.index_sep:
-        # a runaway guard, like the engine's number caps: a call index has at most 4 digits
-        parts += [b.lit(s.index_sep), "/[0-9]{1,4}/"]
-    parts.append(b.lit(s.args_begin))
+    parts = [_header(b, s, name)]
     strict = tool is not None and tool.strict
     parts.append(_keyed_args(b, s, params, strict) if s.layout == "per_key"
                  else b.json(params, strict=strict))
@@ -288,10 +295,21 @@ def _custom_call(b: _Builder, s: ToolCallSyntax, tool: Tool, at: str) -> str:
         head = "{" + json.dumps(s.name_key) + colon + json.dumps(tool.name, ensure_ascii=False) \
             + comma + json.dumps(s.args_key) + colon
         return _seq(string_literal(head), args, string_literal("}"))
-    parts = [b.lit(s.name_prefix), string_literal(tool.name)]
-    if s.index_sep:
-        parts += [b.lit(s.index_sep), "/[0-9]{1,4}/"]
-    return _seq(*parts, b.lit(s.args_begin), args)
+    return _seq(_header(b, s, string_literal(tool.name)), args)
+
+
+def _header(b: _Builder, s: ToolCallSyntax, name: str) -> str:
+    """name_prefix + NAME (the Lark `name`) [+ index] + args_begin; where the format has other
+    header spellings, every one of them, each with its begin marker (call_begin included)."""
+    # a runaway guard, like the engine's number caps: a call index has at most 4 digits
+    index = [b.lit(s.index_sep), "/[0-9]{1,4}/"] if s.index_sep else []
+    if not s.headers:
+        return _seq(b.lit(s.name_prefix), name, *index, b.lit(s.args_begin))
+    ends: dict[str, list[str]] = {}
+    for begin, end in s.all_headers:
+        ends.setdefault(begin, []).append(end)
+    return "(" + " | ".join(_seq(b.lit(begin + s.name_prefix), name, *index, _one_of(b, e))
+                            for begin, e in ends.items()) + ")"
 
 
 def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any, strict: bool) -> str:

@@ -201,12 +201,21 @@ class _Scan:
                     return self.turn  # undecided yet
                 self.pos = start  # a call-shaped object with more text after it: content
         if s is not None and opener and (f.content_begin or not s.content_before_calls):
-            if rest.startswith(opener):
+            if s.preamble_begin and rest.startswith(s.preamble_begin):
+                if not self._preamble():
+                    return self.turn
+                rest = self.text[self.pos:]
+                if not any(rest.startswith(o) for o in s.openers):
+                    if self.partial and any(o.startswith(rest) for o in s.openers):
+                        return self.turn  # the call is still to come
+                    raise self.fail("a preamble must be followed by a tool call")
+            if any(rest.startswith(o) for o in s.openers):
                 self._calls()
                 if self.pos < len(self.text) or not self.partial:
                     self.expect_end(calls_ends)
                 return self.turn
-            if self.partial and opener.startswith(rest):
+            if self.partial and any(m.startswith(rest) for m in (*s.openers, s.preamble_begin)
+                                    if m):
                 return self.turn  # cannot tell yet
         if f.content_begin and not self.expect(f.content_begin):
             return self.turn
@@ -266,6 +275,24 @@ class _Scan:
             return False  # cannot tell yet
         return True
 
+    def _preamble(self) -> bool:
+        """A message to the user before the calls (harmony's commentary preamble), read as the
+        turn's content; False: the text ran out inside it."""
+        s = self.fmt.tool_calls
+        assert s is not None
+        self.pos += len(s.preamble_begin)
+        end = self.text.find(s.preamble_end, self.pos)
+        if end < 0:
+            if not self.partial:
+                raise self.fail("preamble never ends")
+            body = self.text[self.pos:]
+            self.turn.content = body[:len(body) - _held(body, [s.preamble_end])] or None
+            self.pos = len(self.text)
+            return False
+        self.turn.content = self.text[self.pos:end] or None
+        self.pos = end + len(s.preamble_end)
+        return True
+
     def _content(self, text: str, final: bool = True) -> str:
         """Content without the format's JSON wrapper; while partial, the wrapper's closing
         text is held back so the emitted prefix never has to be taken back."""
@@ -312,23 +339,42 @@ class _Scan:
             return
         index = 0
         while True:
-            if not self.expect(s.call_begin) or not self._call(index) \
-                    or not self.expect(s.call_end):
+            ends = self._header_begin()
+            if ends is None or not self._call(index, ends) or not self.expect(s.call_end):
                 return
             index += 1
-            nxt = s.separator + s.call_begin
+            nexts = [s.separator + b for b in dict.fromkeys(b for b, _ in s.all_headers)]
             rest = self.text[self.pos:]
-            if s.parallel and rest.startswith(nxt):
+            if s.parallel and any(rest.startswith(n) for n in nexts):
                 self.pos += len(s.separator)
                 continue
-            if self.partial and s.parallel and nxt.startswith(rest):
+            if self.partial and s.parallel and any(n.startswith(rest) for n in nexts):
                 self.pos = len(self.text)  # another call may still follow: undecided
                 return
             break
         if s.section_end:
             self.expect(s.section_end)
 
-    def _call(self, index: int) -> bool:
+    def _header_begin(self) -> tuple[str, ...] | None:
+        """Consume a call's begin marker (call_begin, or the begin of another header spelling);
+        the header ends that may follow it. None: the text ran out inside the marker."""
+        s = self.fmt.tool_calls
+        assert s is not None
+        heads = s.all_headers
+        if len(heads) == 1:
+            return (s.args_begin,) if self.expect(s.call_begin) else None
+        rest = self.text[self.pos:]
+        begins = sorted(dict.fromkeys(b for b, _ in heads), key=len, reverse=True)
+        for begin in begins:
+            if rest.startswith(begin):
+                self.pos += len(begin)
+                return tuple(e for b, e in heads if b == begin)
+        if self.partial and any(b.startswith(rest) for b in begins):
+            self.pos = len(self.text)
+            return None
+        raise self.fail(f"expected one of {begins!r}")
+
+    def _call(self, index: int, ends: tuple[str, ...] = ()) -> bool:
         s = self.fmt.tool_calls
         assert s is not None
         call_id = f"{self.id_prefix}{index}"
@@ -336,8 +382,11 @@ class _Scan:
             return self._json_call(index, call_id)
         if not self.expect(s.name_prefix):
             return False
-        # The header (name, index) is final only once args_begin is seen.
-        end = self.text.find(s.args_begin, self.pos) if s.args_begin else -1
+        # The header (name, index) is final only once its end (args_begin) is seen: the first
+        # of the spellings that may end it.
+        found = [(i, e) for e in ends or (s.args_begin,)
+                 if e and (i := self.text.find(e, self.pos)) >= 0]
+        end, args_begin = min(found, key=lambda f: (f[0], -len(f[1])), default=(-1, ""))
         if end < 0:
             if self.partial:
                 self.pos = len(self.text)
@@ -352,7 +401,7 @@ class _Scan:
         self.pos = end
         call = ToolCall(index, name, "", call_id)
         self.turn.tool_calls.append(call)
-        if not self.expect(s.args_begin):
+        if not self.expect(args_begin):
             return False
         if s.layout == "per_key":
             return self._keyed_args(call)

@@ -94,10 +94,13 @@ def render_assistant(fmt: ChatFormat, message: Mapping[str, Any], where: str, *,
     if fmt.trim_content:
         content = content.strip()
     calls = render_tool_calls(fmt, message.get("tool_calls") or [], where)
-    if content:
+    s = fmt.tool_calls
+    if content and calls and s is not None and s.preamble_begin:
+        out += s.preamble_begin + content + s.preamble_end  # harmony's commentary preamble
+    elif content:
         out += fmt.content_begin + content
-    if content and calls and fmt.tool_calls is not None:
-        out += fmt.tool_calls.after_content
+        if calls and s is not None:
+            out += s.after_content
     out += calls
     if calls:
         return out + fmt.calls_end

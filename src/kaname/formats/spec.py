@@ -56,6 +56,17 @@ class ToolCallSyntax:
     `end_of_turn` ends a turn with calls where that differs from the format's end of turn
     (GLM-4.5 "<|observation|>", harmony "<|call|>"). `parallel=False`: the format carries at
     most one call per turn. `content_before_calls=False`: a turn has content or calls, not both.
+
+    `headers`: other spellings of a call's header the model may write, as (begin, end) pairs
+    standing for `call_begin` and `args_begin` around name_prefix + NAME (harmony: the recipient
+    after the channel, `<|constrain|>json` for "json"). The grammar accepts and the parser reads
+    them all; history is rendered with call_begin / args_begin. Layout "name_args" only, without
+    a section or content before calls.
+    `preamble_begin` + free text + `preamble_end`: a message to the user the model may write
+    before its calls (harmony's commentary preamble), at most one per turn, under any
+    tool_choice that allows calls and only with free-text content (JSON content must follow
+    response_format); parsed as the turn's content, and rendered so in history.
+    Only where `content_before_calls=False`: the preamble is then the only content next to calls.
     """
 
     layout: Literal["json", "name_args", "per_key"]
@@ -78,11 +89,32 @@ class ToolCallSyntax:
     content_before_calls: bool = True
     # written between non-empty content and the first call (Qwen3: "\n"); not content
     after_content: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    preamble_begin: str = ""
+    preamble_end: str = ""
+
+    def __post_init__(self) -> None:
+        if self.headers and (self.layout != "name_args" or self.section_begin
+                             or self.content_before_calls):
+            raise ValueError("other call headers need layout 'name_args', no section and no "
+                             "content before calls")
+        if self.preamble_begin and (self.content_before_calls or not self.preamble_end):
+            raise ValueError("a preamble needs an end marker and no content before calls")
 
     @property
     def opener(self) -> str:
         """The text that starts the tool-call part of a turn ("" for Llama's bare JSON)."""
         return self.section_begin or self.call_begin
+
+    @property
+    def all_headers(self) -> tuple[tuple[str, str], ...]:
+        """(begin, end) of every header spelling, the rendered one first."""
+        return tuple(dict.fromkeys(((self.call_begin, self.args_begin), *self.headers)))
+
+    @property
+    def openers(self) -> tuple[str, ...]:
+        """Every text the tool-call part of a turn may start with, the rendered one first."""
+        return tuple(dict.fromkeys((self.opener, *(b for b, _ in self.headers))))
 
 
 ToolsRenderer = Callable[[Sequence["Tool"]], str]
