@@ -74,8 +74,9 @@ class _Builder:
         return any(text.startswith(t) for t in self.special)
 
     def until(self, markers: str | Sequence[str], *, max_tokens: int | None = None,
-              text: str = ANY_TEXT) -> str:
-        """A rule: free text (matching the regex `text`), then one of `markers`.
+              text: str = ANY_TEXT, exclude: Sequence[str] = ()) -> str:
+        """A rule: free text (matching the regex `text`, containing none of `exclude`), then
+        one of `markers`.
 
         Markers that start with a special token end the text by themselves; plain-text
         markers need a lazy rule. A mix keeps the first marker's kind only."""
@@ -93,18 +94,30 @@ class _Builder:
                 pointer="/max_reasoning_tokens")
         ends = " | ".join(self.lit(m) for m in ms)
         ends = ends if len(ms) == 1 else f"({ends})"
+        free = f"/{text}/"
+        # a special token cannot be in text anyway: only spelled-out markers need keeping out
+        spelled = [c for c in exclude if c not in self.special]
+        if spelled:
+            free = self.name("FREE").upper()
+            avoid = "|".join(re.escape(c) for c in spelled)
+            self.rules.append(f"{free}: /{text}/ & ~/(?s:.*)(?:{_slashed(avoid)})(?s:.*)/")
         if special:
             # Text cannot contain a special token, so the regex ends where the marker starts.
             text_rule = self.name("free")
-            self.rules.append(f"{text_rule}{f'[{opts}]' if opts else ''}: /{text}/")
+            self.rules.append(f"{text_rule}{f'[{opts}]' if opts else ''}: {free}")
             self.rules.append(f"{rule}: {text_rule} {ends}")
         else:
             flags = ", ".join(x for x in ("lazy", opts) if x)
-            self.rules.append(f"{rule}[{flags}]: /{text}/ {ends}")
+            self.rules.append(f"{rule}[{flags}]: {free} {ends}")
         return rule
 
     def json(self, schema: Any, *, strict: bool = True) -> str:
         return json_expr(schema, self.guards, strict=strict)
+
+
+def _slashed(regex: str) -> str:
+    """A regex for inside `/.../`: its slashes escaped."""
+    return regex.replace("/", "\\/")
 
 
 def _special_id(tokenizer: llg.LLTokenizer, text: str) -> int | None:
@@ -144,7 +157,7 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
         bare_calls = not syntax.opener and req.tool_choice == "auto"
         if req.tool_choice == "auto" and syntax.content_before_calls and syntax.opener:
             if content is None:
-                text = b.until(syntax.opener)
+                text = b.until(syntax.opener, exclude=fmt.marker_cores)
                 lead = f"({cb} {text} | {opener})" if cb else text
                 alternatives.append(f"{lead} {calls} {calls_end}")
             else:
@@ -160,7 +173,8 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
             alternatives.append(_seq(preamble, opener, calls, calls_end))
     if req.tool_choice in ("auto", "none") or not tools:
         if content is None:
-            text = b.until(content_ends, text=_NO_BRACE_TEXT if bare_calls else ANY_TEXT)
+            text = b.until(content_ends, text=_NO_BRACE_TEXT if bare_calls else ANY_TEXT,
+                           exclude=fmt.marker_cores)
             alternatives.append(_seq(cb, text))
         else:
             alternatives.append(_seq(cb, b.lit(fmt.json_prefix), content,

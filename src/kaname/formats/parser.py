@@ -232,6 +232,7 @@ class _Scan:
             self.pos = len(self.text)
             return self.turn
         content = rest[:cut]
+        self._refuse_markers(content)
         self.turn.content = self._content(content) if content else None
         self.pos += cut
         if glue and rest.startswith(glue + opener, cut):
@@ -243,6 +244,16 @@ class _Scan:
         if self.pos < len(self.text) or not self.partial:
             self.expect_end(ends)
         return self.turn
+
+    def _refuse_markers(self, content: str) -> None:
+        """Content never holds a reasoning or call marker (the grammar keeps them out): text
+        that does is a layout this parser does not read, not content."""
+        for core in self.fmt.marker_cores:
+            at = content.find(core)
+            if at >= 0:
+                self.pos += at
+                raise self.fail(f"{core!r} inside content (a call or reasoning block in a "
+                                "layout other than the format's)")
 
     def _reasoning(self) -> bool:
         """Read the reasoning block or the no-reasoning marker; False: text ran out."""
@@ -324,11 +335,14 @@ class _Scan:
                 return False  # undecided until the object ends (or the turn does)
             return None
         self.pos = end
-        if not (isinstance(value, dict) and set(value) == {s.name_key, s.args_key}
-                and isinstance(value[s.name_key], str)):
+        # Llama models also write "arguments" where the format says "parameters"
+        keys = {s.args_key, "arguments", "parameters"}
+        arg_keys = set(value) - {s.name_key} if isinstance(value, dict) else set()
+        if not (isinstance(value, dict) and s.name_key in value and len(arg_keys) == 1
+                and arg_keys <= keys and isinstance(value[s.name_key], str)):
             self.pos = start
             return None
-        args = json.dumps(value[s.args_key], ensure_ascii=False)
+        args = json.dumps(value[arg_keys.pop()], ensure_ascii=False)
         self.turn.tool_calls.append(ToolCall(0, value[s.name_key], args, f"{self.id_prefix}0"))
         return True
 

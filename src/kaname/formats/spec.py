@@ -210,6 +210,19 @@ class ChatFormat:
         return r.off
 
     @property
+    def marker_cores(self) -> tuple[str, ...]:
+        """The reasoning and tool-call markers without their whitespace: text that content
+        never holds (the grammar keeps it out; the parser refuses content that does, rather
+        than return a call or a reasoning block as content)."""
+        out: list[str] = []
+        if self.reasoning is not None:
+            out += [self.reasoning.begin, self.reasoning.end, self.reasoning.off]
+        if self.tool_calls is not None:
+            s = self.tool_calls
+            out += [s.call_begin, s.call_end, s.section_begin, s.section_end]
+        return tuple(dict.fromkeys(c for m in out if (c := m.strip())))
+
+    @property
     def calls_end(self) -> str:
         """The end-of-turn marker after tool calls."""
         return (self.tool_calls.end_of_turn if self.tool_calls else "") or self.end_of_turn
