@@ -288,13 +288,15 @@ def test_glm_binds_each_key_to_its_property_schema():
                 [("city", "a"), ("days", "x")],       # not an integer
                 [("city", "a"), ("unit", "k")],       # not in the enum
                 [("days", "3"), ("city", "a")],       # not in property order
-                [("city", "a"), ("zone", "b")],       # not a declared key
+                [("city", "a"), ("city", "b")],       # a declared key twice
+                [("zone", "b"), ("city", "a")],       # undeclared keys come after declared
                 [("city", "a</arg_value>b")]):        # raw text ends at the end marker
         assert not _accepts("glm45", req, _glm_call(*bad)), bad
 
 
 def test_glm_refuses_what_raw_strings_cannot_carry():
-    params = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}
+    # a format without a regex for raw text (date, uuid, email, ... have one: see below)
+    params = {"type": "object", "properties": {"d": {"type": "string", "format": "hostname"}}}
     fmt = get_format("glm45")
     tok, _ = synthetic_tokenizer(fmt.special_tokens)
     with pytest.raises(ConstraintError) as e:

@@ -398,7 +398,9 @@ class _Scan:
         s = self.fmt.tool_calls
         assert s is not None
         tool = (self.tools or {}).get(call.name)
-        props = keyed.properties(tool.parameters) if tool is not None else None
+        params = tool.parameters if tool is not None else None
+        props = keyed.properties(params) or {}
+        more = keyed.extra(params) if tool is not None else True
         pieces: list[str] = []
 
         def partial(extra: str = "") -> bool:
@@ -423,8 +425,11 @@ class _Scan:
             self.pos = key_at + len(s.key_end)
             if not self.expect(s.value_begin):
                 return partial()
-            schema = props.get(key) if props is not None else None
-            known = props is not None and key in props
+            # a declared key's schema; an undeclared key's is additionalProperties' (any
+            # value, unknown, where it has none or the tool is not given)
+            schema = props[key] if key in props else more
+            known = isinstance(schema, Mapping)
+            reading = keyed.raw(params, schema) if known else None
             head = json.dumps(key, ensure_ascii=False) + ": "
             value_at = self.text.find(s.value_end, self.pos)
             if value_at < 0:
@@ -432,12 +437,13 @@ class _Scan:
                     raise self.fail("argument value never ends")
                 body = self.text[self.pos:]
                 body = body[:len(body) - _held(body, [s.value_end])]
-                if not known:
-                    return partial(head)  # raw or JSON: undecided until the value ends
-                if keyed.is_raw_string(schema):
+                if not known or (reading is not None and reading.nullable
+                                 and "null".startswith(body)):
+                    return partial(head)  # raw or JSON (null or text): undecided yet
+                if reading is not None:
                     return partial(head + json.dumps(body, ensure_ascii=False)[:-1])
                 return partial(head + body)
-            value = keyed.decode(self.text[self.pos:value_at], schema, known=known)
+            value = keyed.decode(self.text[self.pos:value_at], reading, known=known)
             if value is None:
                 raise self.fail(f"argument {key!r} is not JSON")
             pieces.append(head + value)
