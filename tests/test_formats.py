@@ -101,6 +101,22 @@ OFFICIAL_PROMPTS = {
         "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Tokyo</arg_value>\n"
         "</tool_call><|observation|>\n<tool_response>\n{\"temp\": 20}\n</tool_response>"
         "<|assistant|>"),
+    # zai-org/GLM-4.7's chat_template.jinja (transformers' Jinja settings, enable_thinking
+    # undefined), read from public copies of it: no newlines in calls, and the prompt opens
+    # the reasoning block. Arguments as a dict, as for glm45.
+    "glm47": (
+        "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with "
+        "the user query.\n\nYou are provided with function signatures within <tools></tools> "
+        "XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
+        "\"get_weather\", \"description\": \"Get weather\", \"parameters\": {\"type\": "
+        "\"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": "
+        "[\"city\"]}}}\n</tools>\n\nFor each function call, output the function name and "
+        "arguments within the following XML format:\n<tool_call>{function-name}<arg_key>"
+        "{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value><arg_key>{arg-key-2}"
+        "</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call><|system|>You are "
+        "helpful.<|user|>Weather in Tokyo?<|assistant|><think>Need weather.</think><tool_call>"
+        "get_weather<arg_key>city</arg_key><arg_value>Tokyo</arg_value></tool_call>"
+        "<|observation|><tool_response>{\"temp\": 20}</tool_response><|assistant|><think>"),
     # mistral-common's v13 template with thinking (tools before the first user message).
     "mistral": (
         "<s>[SYSTEM_PROMPT]You are helpful.[/SYSTEM_PROMPT][AVAILABLE_TOOLS][{\"type\": "
@@ -144,6 +160,9 @@ OFFICIAL_TURNS = {
                      "<｜end▁of▁sentence｜>"),
     "glm45": ("\n<think>Need weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>"
               "\n<arg_value>Tokyo</arg_value>\n</tool_call><|observation|>"),
+    # after the prompt's "<think>"
+    "glm47": ("Need weather.</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>"
+              "Tokyo</arg_value></tool_call><|observation|>"),
     "llama31": '{"name": "get_weather", "parameters": {"city": "Tokyo"}}<|eot_id|>',
     "mistral": ("[THINK]Need weather.[/THINK][TOOL_CALLS]get_weather[ARGS]{\"city\": \"Tokyo\"}"
                 "</s>"),
@@ -201,8 +220,9 @@ def test_grammar_accepts_the_official_turn_and_parser_reads_it(name):
     assert turn.content is None
     assert [(c.name, json.loads(c.arguments)) for c in turn.tool_calls] == [
         ("get_weather", {"city": "Tokyo"})]
-    # and the history renders the turn the way the model wrote it
-    assert render_assistant(fmt, turn.to_message(), "/messages/2") == text
+    # and the history renders the turn the way the model wrote it (the prompt's part too)
+    opened = fmt.reasoning.begin if fmt.reasoning and fmt.reasoning.opened_by_prompt else ""
+    assert render_assistant(fmt, turn.to_message(), "/messages/2") == opened + text
 
 
 def test_markers_are_tokens_where_the_vocabulary_has_them():
@@ -411,8 +431,12 @@ def _check_contract(fmt, req: TurnRequest, text: str) -> None:
         assert n >= 1
     if not req.parallel_tool_calls:
         assert n <= 1
-    if req.reasoning == "required" and fmt.reasoning is not None:
-        assert text.startswith(fmt.reasoning.begin)
+    r = fmt.reasoning
+    if req.reasoning == "required" and r is not None:
+        # a block the prompt opened (GLM-4.7) is closed by the turn
+        assert r.end in text if r.opened_by_prompt else text.startswith(r.begin)
+    if req.reasoning == "off" and r is not None and r.opened_by_prompt:
+        assert text.startswith(r.end)
     if req.reasoning == "off":
         assert turn.reasoning_content is None
     if req.response_format and req.response_format.get("type") != "text" and turn.content:

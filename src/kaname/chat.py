@@ -83,9 +83,11 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     checks = check_tools(fmt, req, compiler)
     lark = build_grammar(fmt, req, tokenizer, guards=guards, checks=checks)
     if chat_template is not None:
+        # where the prompt opens the reasoning block (GLM-4.7) the grammar closes it itself
+        opened = fmt.reasoning is not None and fmt.reasoning.opened_by_prompt
         prompt = render_template(chat_template, messages, req.tools, bos_token=fmt.bos,
                                  eos_token=fmt.end_of_turn,
-                                 enable_thinking=reasoning != "off")
+                                 enable_thinking=opened or reasoning != "off")
     else:
         prompt = render_prompt(fmt, messages, req.tools)
     return PreparedTurn(fmt, req, prompt, lark, checks)

@@ -163,7 +163,14 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     if r is None and req.reasoning == "required":
         raise ConstraintError(f"reasoning required, but format {fmt.name} has no reasoning "
                               "block", pointer="/reasoning")
-    if r is not None:
+    if r is not None and r.opened_by_prompt:
+        # the prompt opened the block: the turn starts inside it and closes it
+        if req.reasoning == "off":
+            lead = f"{b.lit(r.end)} "
+        else:
+            b.rules.append(f"reasoning: {b.until(r.end, max_tokens=req.max_reasoning_tokens)}")
+            lead = "reasoning "
+    elif r is not None:
         off = b.lit(r.off)
         if req.reasoning == "off":
             lead = f"{off}? " if off else ""

@@ -240,8 +240,8 @@ class _Scan:
         r = self.fmt.reasoning
         if r is None:
             return True
-        if self.text.startswith(r.begin):
-            start = len(r.begin)
+        if r.opened_by_prompt or self.text.startswith(r.begin):
+            start = 0 if r.opened_by_prompt else len(r.begin)  # the prompt wrote `begin`
             end = self.text.find(r.end, start)
             pad = r.pad
             if end < 0:
@@ -336,8 +336,11 @@ class _Scan:
             return self._json_call(index, call_id)
         if not self.expect(s.name_prefix):
             return False
-        # The header (name, index) is final only once args_begin is seen.
-        end = self.text.find(s.args_begin, self.pos) if s.args_begin else -1
+        # The header (name, index) is final only once args_begin is seen (per-key calls
+        # without one, GLM-4.7: the first key or the call's end).
+        ends = [s.args_begin] if s.args_begin else \
+            [s.key_begin, s.call_end] if s.layout == "per_key" else []
+        end = min((i for m in ends if (i := self.text.find(m, self.pos)) >= 0), default=-1)
         if end < 0:
             if self.partial:
                 self.pos = len(self.text)

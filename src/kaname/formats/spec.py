@@ -32,6 +32,9 @@ class ReasoningSyntax:
     end: str
     pad: str = ""
     off: str = ""
+    # The generation prompt ends with `begin` (GLM-4.7's "<|assistant|><think>"): a turn
+    # starts inside the block and closes it with `end` (at once when not reasoning).
+    opened_by_prompt: bool = False
 
 
 @dataclass(frozen=True)
