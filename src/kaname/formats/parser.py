@@ -347,6 +347,9 @@ class _Scan:
                 return False
             raise self.fail("tool call header never ends")
         name = self.text[self.pos:end]
+        if s.layout == "per_key" and any(m and m in name for m in (
+                s.call_begin, s.key_end, s.value_begin, s.value_end)):
+            raise self.fail("tool call name holds argument markers")  # a tag left out
         if s.index_sep:
             name, sep, idx = name.rpartition(s.index_sep)
             if not sep or not idx.isdigit():
