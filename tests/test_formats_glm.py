@@ -306,3 +306,72 @@ def test_malformed_calls_are_refused_by_grammar_and_parser(name):
     if name == "glm47":  # the reasoning block the prompt opened never closes
         with pytest.raises(FormatParseError):
             parse(get_format(name), "Thinking on and on", tools=req.tools)
+
+
+# ---- raw_text's regexes are never wider than the post-check -------------------------------
+
+def _full_match(regex: str):
+    tok, _ = synthetic_tokenizer(())
+    compiled = GrammarCompiler(tok).compile(Lark(f"start: V\nV: /{regex}/\n"))
+
+    def accepts(text: str) -> bool:
+        m = compiled.new_matcher()
+        return m.consume_tokens(tok.tokenize_str(text)) and m.is_accepting()
+    return accepts
+
+
+PATTERNS = [r"^[A-Z]{2}-\d{3}$", "b", "^ab", "cd$", r"\w+@\w+", r"^\S+$", "[^a-c]x",
+            "(?i)^abc$", "^a.c$", "(?s)^a.c$", r"^\d*\.?\d+$", "x{2,3}?", r"^[\w.-]+$",
+            r"^[^\W\d]+$", r"^\$\d+$", r"^[\^\-\]]+$", "a{,2}b", "(?x) a b # c", "^(?i:a)B$",
+            r"^\x41\u00e9$", r"^\s*$"]
+
+
+def test_raw_patterns_match_what_the_post_check_matches():
+    """Python's re.search (the jsonschema post-check) against the llguidance lexeme, over
+    strings from an alphabet with the characters where the two regex dialects differ: never
+    wider; narrower only where Python's `$` matches before a final newline."""
+    import random
+    import re
+
+    from kaname.formats import raw_text
+
+    alphabet = [*"abcxABé 013\n._-@$^]\\", "\x1c", "\u0663", "\u00b2", "\u00a0"]
+    rng = random.Random(1)
+    strings = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+               for _ in range(150)]
+    strings += ["AB-123", "ab", "xcd", "cd\n", "a@b", "ABC", "a\nc", "xx", "xxx", "bb", "aab",
+                "$12", "^-]", "Aé", "1.5", ".5"]
+    for p in PATTERNS:
+        regex = raw_text.pattern_regex(p)
+        assert regex is not None, p
+        accepts = _full_match(regex)
+        for s in strings:
+            found = re.search(p, s) is not None
+            assert accepts(s) == found or (found and s.endswith("\n") and "$" in p), (p, s)
+    for refused in (r"^a|b$", r"\bword\b", "(?=a)", r"(a)\1", "[[:alpha:]]", "a++",
+                    "(?m)^a$", "(?>a)", "[a&&b]"):
+        assert raw_text.pattern_regex(refused) is None, refused
+
+
+def test_raw_formats_agree_with_the_post_check():
+    from kaname.formats import raw_text
+
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    date = _full_match(raw_text.DATE)
+    for year in ("0000", "0001", "0004", "1900", "2000", "2023", "2024", "2100", "9999"):
+        for month in range(14):
+            for day in (0, 1, 28, 29, 30, 31, 32):
+                s = f"{year}-{month:02d}-{day:02d}"
+                assert date(s) == checker.conforms(s, "date"), s
+    ipv4 = _full_match(raw_text.IPV4)
+    for s in ("1.2.3.4", "255.255.255.255", "256.1.1.1", "01.2.3.4", "0.0.0.0", "1.2.3",
+              "1.2.3.4.5", "1..3.4"):
+        assert ipv4(s) == checker.conforms(s, "ipv4"), s
+    for fmt, ok in (("uuid", "123e4567-e89b-12d3-a456-426614174000"), ("email", "a@b.c")):
+        accepts = _full_match(raw_text.format_regex(fmt))
+        assert accepts(ok) and checker.conforms(ok, fmt)
+    for fmt in ("time", "date-time", "byte", "json-pointer", "relative-json-pointer",
+                "uri-template"):  # each builds in llguidance
+        _full_match(raw_text.format_regex(fmt, max_fraction_digits=8))
+    assert raw_text.format_regex("password") == raw_text.ANY
+    assert raw_text.format_regex("hostname") is None
