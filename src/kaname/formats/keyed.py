@@ -97,6 +97,10 @@ def raw(params: Any, schema: Any, at: str = "", root: str = "") -> Raw | None:
     if not isinstance(s, Mapping):
         return None
     if is_raw_string(s):
+        if ("const" in s and not isinstance(s["const"], str)) or (
+                isinstance(s.get("enum"), list)
+                and not any(isinstance(e, str) for e in s["enum"])):
+            return None  # no string can be valid: left to %json (it is unsatisfiable)
         return Raw(s, at=at)
     t = s.get("type")
     if isinstance(t, list) and len(t) == 2 and set(t) == {"string", "null"}:
@@ -240,7 +244,8 @@ def raw_regexes(r: Raw, *, max_string_length: int | None = None,
     if "const" in s:
         out.append(raw_text.literal(s["const"]))
     elif isinstance(s.get("enum"), list):
-        out.append("(?:" + "|".join(raw_text.literal(e) for e in s["enum"]) + ")")
+        out.append("(?:" + "|".join(raw_text.literal(e) for e in s["enum"]
+                                    if isinstance(e, str)) + ")")
     low, high = _count(s.get("minLength")) or 0, _count(s.get("maxLength"))
     if high is None and not out:  # the guard; an enum or const is bounded already
         high = max_string_length
