@@ -48,7 +48,8 @@ class ToolCallSyntax:
     layout "per_key": call_begin + name_prefix + NAME + args_begin
         + (key_begin KEY key_end value_begin VALUE value_end)* + call_end, one pair per argument;
         a string value is written raw, any other value as JSON (GLM-4.5). The parser rebuilds
-        the arguments JSON text.
+        the arguments JSON text. Without args_begin (GLM-4.7) the name ends at the first key
+        or at call_end.
     Calls sit between section_begin and section_end, separated by `separator`.
     `end_of_turn` ends a turn with calls where that differs from the format's end of turn
     (GLM-4.5 "<|observation|>", harmony "<|call|>"). `parallel=False`: the format carries at
