@@ -94,7 +94,7 @@ def _run(fmt_name: str, req: TurnRequest, seeds: range, max_tokens: int = 400):
 @pytest.mark.parametrize("name", CALLABLE)
 @pytest.mark.parametrize("tool", ["calc", "apply_patch", "tag", "note"])
 def test_named_custom_tool_input_is_in_its_grammar(name, tool):
-    req = TurnRequest(tools=TOOLS, tool_choice=tool)
+    req = TurnRequest(tools=TOOLS, tool_choice=tool, opening="")  # calls only: no reasoning
     spec = next(t for t in TOOLS if t.name == tool)
     stops = 0
     for fmt, tok, compiler, d in _run(name, req, range(8)):
@@ -118,7 +118,7 @@ def test_named_custom_tool_input_is_in_its_grammar(name, tool):
 @pytest.mark.parametrize("name", CALLABLE)
 def test_custom_and_function_tools_together(name):
     """tool_choice required over all tools: each call is of a known tool and valid."""
-    req = TurnRequest(tools=TOOLS, tool_choice="required")
+    req = TurnRequest(tools=TOOLS, tool_choice="required", opening="")
     by_name = {t.name: t for t in TOOLS}
     calls = 0
     for fmt, tok, compiler, d in _run(name, req, range(10)):

@@ -54,7 +54,10 @@ def test_the_grammar_keeps_markers_out_of_content(name):
     tok, _ = synthetic_tokenizer(())  # no special tokens: every marker spelled out
     tools = tools_from_openai([{"type": "function", "function": {"name": "f"}}])
     compiler = GrammarCompiler(tok)
-    grammar = compiler.compile(Lark(build_grammar(fmt, TurnRequest(tools=tools), tok)))
+    # opening "": a turn whose prompt wrote nothing of it (formats that open their reasoning
+    # block in the prompt are tested in test_reasoning_opened.py)
+    req = TurnRequest(tools=tools, opening="")
+    grammar = compiler.compile(Lark(build_grammar(fmt, req, tok)))
     for core in fmt.marker_cores:
         m = grammar.new_matcher()
         prefix = fmt.content_begin + "hello " + core

@@ -26,6 +26,7 @@ from .formats import (
     render_prompt,
     tools_from_openai,
 )
+from .formats.render import turn_opening
 from .formats.request import ReasoningMode, StrictLevel
 from .formats.template import render_template
 from .formats.tool_checks import ToolCheck, call_verdicts, check_tools, not_enforced
@@ -54,6 +55,11 @@ class PreparedTurn:
         return call_verdicts(self.tools, message.get("tool_calls") or [])
 
     @property
+    def opening(self) -> str:
+        """What the prompt wrote of the turn: the parser reads it before the generated text."""
+        return self.request.opening_in(self.fmt)
+
+    @property
     def prompt_without_bos(self) -> str:
         """Tokenizers that add the model's BOS themselves take the prompt without it."""
         bos = self.fmt.bos
@@ -80,11 +86,9 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                                  enable_thinking=reasoning != "off")
         opening = opened_by(fmt, prompt)
     else:
-        continuing = fmt.continue_after_tool and bool(messages) \
-            and messages[-1].get("role") == "tool"
         # where the format's prompt opens the reasoning block, the prompt decides the mode
-        opening = "" if continuing else fmt.opening(reasoning)
-        prompt = render_prompt(fmt, messages, parsed_tools) + opening
+        opening = turn_opening(fmt, messages, reasoning)
+        prompt = render_prompt(fmt, messages, parsed_tools, reasoning=reasoning)
     req = TurnRequest(tools=parsed_tools, tool_choice=tool_choice,
                       allowed_tools=None if allowed_tools is None else tuple(allowed_tools),
                       parallel_tool_calls=parallel_tool_calls, response_format=response_format,
@@ -156,7 +160,7 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                         chat_template=chat_template)
     result = engine.generate(turn.prompt_without_bos, Lark(turn.grammar), max_tokens=max_tokens,
                              temperature=temperature, seed=seed)
-    parsed, finish = finish_turn(fmt, turn.request.opening + result.text, result.finish_reason,
+    parsed, finish = finish_turn(fmt, turn.opening + result.text, result.finish_reason,
                                  id_prefix=new_call_id_prefix(), tools=turn.request.tools)
     usage = {"prompt_tokens": result.usage.prompt_tokens,
              "completion_tokens": result.usage.completion_tokens,

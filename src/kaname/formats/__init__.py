@@ -6,6 +6,7 @@ from ..errors import ConstraintError, FormatParseError
 from .deepseek_v31 import DEEPSEEK_V31
 from .gemma3 import GEMMA3
 from .glm45 import GLM45
+from .glm47 import GLM47
 from .gpt_oss import GPT_OSS
 from .grammar import build_grammar
 from .kimi_k2 import KIMI_K2
@@ -27,8 +28,8 @@ from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
 from .template import chat_template_from_gguf, render_template
 
 FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
-    GEMMA3, QWEN3, QWEN3_THINKING, HERMES, KIMI_K2, PLAMO3, DEEPSEEK_V31, GLM45, LLAMA31,
-    MISTRAL, GPT_OSS)}
+    GEMMA3, QWEN3, QWEN3_THINKING, HERMES, KIMI_K2, PLAMO3, DEEPSEEK_V31, GLM45, GLM47,
+    LLAMA31, MISTRAL, GPT_OSS)}
 _ALIASES = {a: f for f in FORMATS.values() for a in f.aliases}
 
 

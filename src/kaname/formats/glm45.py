@@ -6,7 +6,9 @@ After the assistant header the model writes "\\n<think>…</think>" ("\\n<think>
 not thinking), then "\\n" + content, then "\\n<tool_call>NAME\\n" with one
 "<arg_key>K</arg_key>\\n<arg_value>V</arg_value>\\n" per argument and "</tool_call>" per call. A
 string value is written raw, any other as JSON (see `keyed.py` for what the grammar enforces).
-The template strips reasoning and content; kaname renders them as given.
+The template strips reasoning and content; kaname renders them as given. GLM-4.6's template
+(llama.cpp's models/templates/GLM-4.6.jinja) renders the same prompt and calls (aliases
+`glm46`, `glm4.6`); GLM-4.7 drops the newlines (`glm47`).
 """
 
 from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
@@ -22,7 +24,7 @@ _TOOLS = (
 
 GLM45 = ChatFormat(
     name="glm45",
-    aliases=("glm4.5", "glm"),
+    aliases=("glm4.5", "glm", "glm46", "glm4.6"),
     description="GLM-4.5: <think> reasoning, <tool_call>NAME <arg_key>K</arg_key>"
                 "<arg_value>V</arg_value> … </tool_call>, turns end on <|observation|> / <|user|>",
     source="zai-org/GLM-4.5 chat_template (as embedded in its GGUFs)",

@@ -35,7 +35,7 @@ from ..grammar.lark import (
     start_rule,
     string_literal,
 )
-from . import keyed
+from . import keyed, raw_text
 from .request import CUSTOM_INPUT, Tool, TurnRequest
 from .spec import ChatFormat, ToolCallSyntax
 from .tool_checks import ToolCheck, check_tools
@@ -186,11 +186,12 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     if r is None and req.reasoning == "required":
         raise ConstraintError(f"reasoning required, but format {fmt.name} has no reasoning "
                               "block", pointer="/reasoning")
-    if r is not None and req.opening and req.opening == r.begin:
+    opening = req.opening_in(fmt)
+    if r is not None and opening and opening == r.begin:
         # the prompt opened the block: the turn starts inside it and must close it
         think = b.until(r.end, max_tokens=req.max_reasoning_tokens)
         lead = f"{think} "
-    elif r is not None and req.opening:
+    elif r is not None and opening:
         lead = ""  # the prompt wrote the no-reasoning marker
     elif r is not None:
         off = b.lit(r.off)
@@ -327,37 +328,60 @@ def _header(b: _Builder, s: ToolCallSyntax, name: str) -> str:
 
 
 def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any, strict: bool) -> str:
-    """Per-key arguments: the declared keys in property order, required ones present."""
-    props = keyed.properties(params)
+    """Per-key arguments: the declared keys in property order, then keys that are only
+    `required`, required ones present; then undeclared keys where the schema allows them."""
+    props = keyed.properties(params) or {}
+    more = keyed.extra(params)
+    required = [k for k in params.get("required") or () if isinstance(k, str)]
+    keys: list[tuple[str, Any]] = list(props.items())
+    if more is not None:  # a required key that is not declared: bound as undeclared ones are
+        keys += [(k, more) for k in dict.fromkeys(required) if k not in props]
     key_open, value_open = b.lit(s.key_begin), b.lit(s.value_begin)
-    if props is None and params.get("additionalProperties") is not False:
-        key = b.until(s.key_end)
-        value = b.until(s.value_end)
-        return f"({_seq(key_open, key, value_open, value)})*"
-    required = set(params.get("required") or ())
     pairs = []
-    for k, prop in (props or {}).items():
+    for k, prop in keys:
         pair = _seq(key_open, string_literal(k), b.lit(s.key_end), value_open,
                     _keyed_value(b, s, params, prop, strict))
         pairs.append(pair if k in required else f"({pair})?")
+    cap = keyed.extra_cap(b.guards.max_array_items)
+    if more is not None and cap > 0:
+        key = _raw_text(b, s.key_end, ["(?s:.+)"], exclude=[k for k, _ in keys])
+        value = _keyed_value(b, s, params, more, strict)
+        pairs.append(f"({_seq(key_open, key, value_open, value)}){{0,{cap}}}")
     rule = b.name("args")
     b.rules.append(f"{rule}: {' '.join(pairs)}" if pairs else f'{rule}: ""')
     return rule
 
 
 def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any, strict: bool) -> str:
-    end = b.lit(s.value_end)
-    if not keyed.is_raw_string(prop):
-        return f"{b.json(keyed.value_schema(params, prop), strict=strict)} {end}"
-    if "const" in prop:
-        return f"{string_literal(prop['const'])} {end}"
-    if isinstance(prop.get("enum"), list):
-        return "(" + " | ".join(string_literal(e) for e in prop["enum"]) + f") {end}"
-    low = prop.get("minLength", 0)
-    high = prop.get("maxLength", b.guards.max_string_length)
-    if low or high is not None:
-        return b.until(s.value_end, text=f"(?s:.{{{low},{'' if high is None else high}}})")
-    return b.until(s.value_end)
+    """A value through the end marker: bare text for a string schema (`null` too for an
+    optional one), JSON otherwise; `prop` True: any text."""
+    if prop is True:
+        return _raw_text(b, s.value_end, [])
+    r = keyed.raw(params, prop)
+    if r is None:
+        return f"{b.json(keyed.value_schema(params, prop), strict=strict)} {b.lit(s.value_end)}"
+    text = _raw_text(b, s.value_end, keyed.raw_regexes(
+        r, max_string_length=b.guards.max_string_length,
+        max_fraction_digits=b.guards.max_fraction_digits))
+    return f'("null" {b.lit(s.value_end)} | {text})' if r.nullable else text
+
+
+def _raw_text(b: _Builder, marker: str, regexes: Sequence[str],
+              exclude: Sequence[str] = ()) -> str:
+    """A rule: raw text matching each of `regexes` (over the whole text), none of `exclude`,
+    never containing `marker` (the parser cuts the text at its first occurrence, spelled with
+    any tokens), then `marker`. One lexeme: llguidance's `&` and `~` on a terminal."""
+    term = b.name("RAW")
+    parts = [f"/{r}/" for r in regexes] or [f"/{ANY_TEXT}/"]
+    if exclude:
+        parts.append("~/(?:" + "|".join(raw_text.literal(k) for k in exclude) + ")/")
+    parts.append(f"~/(?s:.*{raw_text.literal(marker)}.*)/")
+    b.rules.append(f"{term}: {' & '.join(parts)}")
+    rule = b.name("raw")
+    # plain-text markers: a lazy rule stops the text at the marker (lexemes are greedy)
+    lazy = "" if b.starts_special(marker) else "[lazy]"
+    b.rules.append(f"{rule}{lazy}: {term} {b.lit(marker)}")
+    return rule
 
 
 def _content(b: _Builder, req: TurnRequest) -> str | None:

@@ -396,17 +396,26 @@ class _Scan:
             return self._json_call(index, call_id)
         if not self.expect(s.name_prefix):
             return False
-        # The header (name, index) is final only once its end (args_begin) is seen: the first
-        # of the spellings that may end it.
-        found = [(i, e) for e in ends or (s.args_begin,)
-                 if e and (i := self.text.find(e, self.pos)) >= 0]
+        # The header (name, index) is final only once its end is seen: the first of the
+        # spellings that may end it (args_begin), or, for per-key calls without one (GLM-4.7),
+        # the first key or the call's end, which belong to what follows the name.
+        ends = tuple(e for e in ends if e)
+        consumed = bool(ends or s.args_begin)
+        candidates = ends or ((s.args_begin,) if s.args_begin else
+                              (s.key_begin, s.call_end) if s.layout == "per_key" else ())
+        found = [(i, e) for e in candidates if e and (i := self.text.find(e, self.pos)) >= 0]
         end, args_begin = min(found, key=lambda f: (f[0], -len(f[1])), default=(-1, ""))
+        if not consumed:
+            args_begin = ""
         if end < 0:
             if self.partial:
                 self.pos = len(self.text)
                 return False
             raise self.fail("tool call header never ends")
         name = self.text[self.pos:end]
+        if s.layout == "per_key" and any(m and m in name for m in (
+                s.call_begin, s.key_end, s.value_begin, s.value_end)):
+            raise self.fail("tool call name holds argument markers")  # a tag left out
         if s.index_sep:
             name, sep, idx = name.rpartition(s.index_sep)
             if not sep or not idx.isdigit():
@@ -462,7 +471,9 @@ class _Scan:
         s = self.fmt.tool_calls
         assert s is not None
         tool = (self.tools or {}).get(call.name)
-        props = keyed.properties(tool.parameters) if tool is not None else None
+        params = tool.parameters if tool is not None else None
+        props = keyed.properties(params) or {}
+        more = keyed.extra(params) if tool is not None else True
         pieces: list[str] = []
 
         def partial(extra: str = "") -> bool:
@@ -487,8 +498,11 @@ class _Scan:
             self.pos = key_at + len(s.key_end)
             if not self.expect(s.value_begin):
                 return partial()
-            schema = props.get(key) if props is not None else None
-            known = props is not None and key in props
+            # a declared key's schema; an undeclared key's is additionalProperties' (any
+            # value, unknown, where it has none or the tool is not given)
+            schema = props[key] if key in props else more
+            known = isinstance(schema, Mapping)
+            reading = keyed.raw(params, schema) if known else None
             head = json.dumps(key, ensure_ascii=False) + ": "
             value_at = self.text.find(s.value_end, self.pos)
             if value_at < 0:
@@ -496,12 +510,13 @@ class _Scan:
                     raise self.fail("argument value never ends")
                 body = self.text[self.pos:]
                 body = body[:len(body) - _held(body, [s.value_end])]
-                if not known:
-                    return partial(head)  # raw or JSON: undecided until the value ends
-                if keyed.is_raw_string(schema):
+                if not known or (reading is not None and reading.nullable
+                                 and "null".startswith(body)):
+                    return partial(head)  # raw or JSON (null or text): undecided yet
+                if reading is not None:
                     return partial(head + json.dumps(body, ensure_ascii=False)[:-1])
                 return partial(head + body)
-            value = keyed.decode(self.text[self.pos:value_at], schema, known=known)
+            value = keyed.decode(self.text[self.pos:value_at], reading, known=known)
             if value is None:
                 raise self.fail(f"argument {key!r} is not JSON")
             pieces.append(head + value)

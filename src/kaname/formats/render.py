@@ -107,8 +107,21 @@ def render_assistant(fmt: ChatFormat, message: Mapping[str, Any], where: str, *,
     return out + (fmt.end_of_turn if fmt.history_end is None else fmt.history_end)
 
 
+def turn_opening(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
+                 reasoning: str = "on") -> str:
+    """What the generation prompt writes of the assistant turn after its header (the
+    reasoning block's opening or the no-reasoning marker, where the format's prompt opens the
+    block); nothing where the model goes on with its turn after tool results (DeepSeek)."""
+    if fmt.continue_after_tool and messages and messages[-1].get("role") == "tool":
+        return ""
+    return fmt.opening(reasoning)
+
+
 def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
-                  tools: Sequence[Tool] = (), *, add_generation_prompt: bool = True) -> str:
+                  tools: Sequence[Tool] = (), *, add_generation_prompt: bool = True,
+                  reasoning: str = "on") -> str:
+    """The prompt for the next assistant turn; `reasoning` (off / on / required) decides
+    what a format whose prompt opens the reasoning block writes after the header."""
     if not messages:
         raise ConstraintError("messages must not be empty", pointer="/messages")
     tools_text = render_tools(fmt, tools) if tools and fmt.tools_position != "none" else ""
@@ -201,7 +214,7 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     if in_tools:
         out += fmt.tool_close
     if add_generation_prompt and not (fmt.continue_after_tool and after_tool):
-        out += fmt.generation_prompt
+        out += fmt.generation_prompt + turn_opening(fmt, msgs, reasoning)
     return out
 
 

@@ -66,9 +66,14 @@ class TurnRequest:
     response_format: Mapping[str, Any] | None = None
     reasoning: ReasoningMode = "off"
     max_reasoning_tokens: int | None = None
-    # what the prompt already wrote of the turn (ChatFormat.opening, or what a Jinja template's
-    # generation prompt ends with): the grammar starts after it, the parser reads it first
-    opening: str = ""
+    # what the prompt already wrote of the turn (what a Jinja template's generation prompt
+    # ends with; None: ChatFormat.opening of the reasoning mode): the grammar starts after it,
+    # the parser is given it before the generated text
+    opening: str | None = None
+
+    def opening_in(self, fmt: Any) -> str:
+        """The turn's opening in format `fmt` (a ChatFormat)."""
+        return self.opening if self.opening is not None else fmt.opening(self.reasoning)
     strict_level: StrictLevel = "full"
     extra: dict[str, Any] = field(default_factory=dict)
 

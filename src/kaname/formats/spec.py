@@ -33,7 +33,8 @@ class ReasoningSyntax:
     pad: str = ""
     off: str = ""
     # The generation prompt writes the turn's opening itself (Qwen3-2507 Thinking ends it with
-    # "<think>\n", DeepSeek V3.1 with "<think>" or "</think>"): `begin` where the turn reasons,
+    # "<think>\n", DeepSeek V3.1 and GLM-4.7 with "<think>" or "</think>"): `begin` where the
+    # turn reasons,
     # `off` where it does not; the model writes from there on. `prompt_default` is which of the
     # two a turn that may reason ("on") gets: the template's default.
     opened_by_prompt: bool = False
@@ -51,7 +52,8 @@ class ToolCallSyntax:
     layout "per_key": call_begin + name_prefix + NAME + args_begin
         + (key_begin KEY key_end value_begin VALUE value_end)* + call_end, one pair per argument;
         a string value is written raw, any other value as JSON (GLM-4.5). The parser rebuilds
-        the arguments JSON text.
+        the arguments JSON text. Without args_begin (GLM-4.7) the name ends at the first key
+        or at call_end.
     Calls sit between section_begin and section_end, separated by `separator`.
     `end_of_turn` ends a turn with calls where that differs from the format's end of turn
     (GLM-4.5 "<|observation|>", harmony "<|call|>"). `parallel=False`: the format carries at

@@ -202,7 +202,7 @@ class Turns:
         TurnResult; the deltas add up to the result's message."""
         call, fmt = turn.call, turn.fmt
         parser = StreamParser(fmt, id_prefix=turn.id_prefix, tools=call.tools)
-        opening = turn.prepared.request.opening
+        opening = turn.prepared.opening
         for delta in parser.feed(opening):  # what the prompt wrote of the turn
             yield delta
         gen: Generated | None = None
@@ -247,7 +247,7 @@ def _chat_message(turn: Turn, gen: Generated) -> tuple[dict[str, Any], str, bool
     """(message, finish, whether a stop string cut the turn short)."""
     if not gen.enforced:  # raw upstream text, allowed by the caller and marked as such
         return {"role": "assistant", "content": gen.text}, gen.finish_reason, False
-    text = turn.prepared.request.opening + gen.text  # the prompt may have opened the turn
+    text = turn.prepared.opening + gen.text  # the prompt may have opened the turn
     try:
         parsed, finish = finish_turn(turn.fmt, text, gen.finish_reason,
                                      id_prefix=turn.id_prefix, tools=turn.call.tools)
