@@ -32,6 +32,7 @@ from ..grammar.lark import (
     json_expr,
     json_object_expr,
     regex_literal,
+    slashed,
     start_rule,
     string_literal,
 )
@@ -100,7 +101,7 @@ class _Builder:
         if spelled:
             free = self.name("FREE").upper()
             avoid = "|".join(re.escape(c) for c in spelled)
-            self.rules.append(f"{free}: /{text}/ & ~/(?s:.*)(?:{_slashed(avoid)})(?s:.*)/")
+            self.rules.append(f"{free}: /{text}/ & ~/(?s:.*)(?:{slashed(avoid)})(?s:.*)/")
         if special:
             # Text cannot contain a special token, so the regex ends where the marker starts.
             text_rule = self.name("free")
@@ -113,11 +114,6 @@ class _Builder:
 
     def json(self, schema: Any, *, strict: bool = True) -> str:
         return json_expr(schema, self.guards, strict=strict)
-
-
-def _slashed(regex: str) -> str:
-    """A regex for inside `/.../`: its slashes escaped."""
-    return regex.replace("/", "\\/")
 
 
 def _special_id(tokenizer: llg.LLTokenizer, text: str) -> int | None:

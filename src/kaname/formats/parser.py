@@ -64,17 +64,7 @@ _ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
 
 def _could_become_head(text: str) -> bool:
     """Whether `text` is the start of `{"input": "` (whitespace as JSON allows)."""
-    key = json.dumps(CUSTOM_INPUT)
-    rest = text.lstrip()
-    if not rest.startswith("{"):
-        return not rest
-    rest = rest[1:].lstrip()
-    if key.startswith(rest):
-        return True
-    if not rest.startswith(key):
-        return False
-    rest = rest[len(key):].lstrip()
-    return rest in ("", ":") or (rest.startswith(":") and not rest[1:].strip())
+    return ("{" + json.dumps(CUSTOM_INPUT) + ':"').startswith(_compact(text))
 
 
 def custom_input_prefix(arguments: str) -> str:

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import functools
 import re
-
-# The regex parser behind `re` (Python >= 3.11 keeps it in re._parser); no stubs for it.
-import re._constants as _c  # type: ignore[import-not-found]
-import re._parser as _p  # type: ignore[import-not-found]
 from typing import Any
 
 import jsonschema
 
+from ..grammar.lark import slashed
+from ..grammar.regex_syntax import constants as _c
+from ..grammar.regex_syntax import parser as _p
+from ..grammar.regex_syntax import rust_char, rust_only
 from ..grammar.rewrite import NO_ASSERTION_FORMATS, format_pattern
 
 ANY = "(?s:.*)"
@@ -84,7 +84,7 @@ def format_regex(fmt: str, *, max_fraction_digits: int | None = None,
     anchored = format_pattern(fmt, dialect)  # "^...$"
     if anchored is None:
         return None
-    return _escape_slashes(anchored[1:-1])
+    return slashed(anchored[1:-1])
 
 
 # --- patterns ------------------------------------------------------------------------------
@@ -98,7 +98,7 @@ def pattern_regex(pattern: str) -> str | None:
     """A regex (whole text, Rust syntax) for the strings in which `pattern` finds a match as
     the post-check's `re.search` does, or None where it cannot be said exactly (see the
     module docstring). The result is checked to build in llguidance."""
-    if _rust_reads_differently(pattern):
+    if rust_only(pattern) is not None:
         return None
     try:
         tree = _p.parse(pattern)
@@ -120,30 +120,6 @@ def pattern_regex(pattern: str) -> str | None:
         body = f"(?i:{body})"
     out = f"{'' if start else ANY}(?:{body}){'' if end else ANY}"
     return out if _builds(out) else None
-
-
-def _rust_reads_differently(pattern: str) -> bool:
-    """Rust's class syntax that Python reads as literals: a `[` inside a class (nested classes,
-    `[:alpha:]`) and the set operations `&&`, `--`, `~~`."""
-    depth = 0
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if depth and (ch == "[" or pattern[i:i + 2] in ("&&", "--", "~~")):
-            if not (ch == "-" and pattern[i + 2:i + 3] == "]"):
-                return True
-        if ch == "[" and not depth:
-            depth = 1
-            j = i + 1 + (pattern[i + 1:i + 2] == "^")  # a ']' first in a class is a literal
-            i = j + 1 if pattern[j:j + 1] == "]" else j
-            continue
-        if ch == "]" and depth:
-            depth = 0
-        i += 1
-    return False
 
 
 def _seq(items: Any, dotall: bool) -> str:
@@ -213,36 +189,16 @@ def _class_item(op: Any, av: Any) -> str:
     raise _Refused
 
 
-# Rust's regex metacharacters, plus "/" (it would end the Lark regex literal); never "<", ">"
-_META = set("\\.+*?()|[]{}^$#&-~/")
-
-
 def _char(ch: str) -> str:
-    """One character as a Rust regex (or class member) that means exactly it."""
-    if ch in _META:
-        return "\\" + ch
+    """One character as a Rust regex that means exactly it."""
     if 0xD800 <= ord(ch) <= 0xDFFF:  # a lone surrogate is no character of any text
         raise _Refused
-    if 0x20 <= ord(ch) < 0x7F or ord(ch) > 0x7F:
-        return ch
-    return f"\\x{ord(ch):02x}"
+    return rust_char(ch)
 
 
 def literal(text: str) -> str:
     """`text` as a regex matching exactly it."""
     return "".join(_char(ch) for ch in text)
-
-
-def _escape_slashes(regex: str) -> str:
-    out, i = [], 0
-    while i < len(regex):
-        if regex[i] == "\\":
-            out.append(regex[i:i + 2])
-            i += 2
-            continue
-        out.append("\\/" if regex[i] == "/" else regex[i])
-        i += 1
-    return "".join(out)
 
 
 def _builds(regex: str) -> bool:

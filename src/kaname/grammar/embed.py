@@ -26,6 +26,9 @@ from typing import Any
 
 from ..errors import ConstraintError
 from .lark import regex_literal, string_literal
+from .regex_syntax import constants as _c
+from .regex_syntax import parser as _p
+from .regex_syntax import rust_char, rust_only
 
 _TOKEN = re.compile(r"""
     (?P<ws>[ \t\r\n]+)
@@ -245,7 +248,7 @@ def _range(lo: str, hi: str, json_escaped: bool, fail: Fail) -> str:
     a, b = _decode_string(lo, fail), _decode_string(hi, fail)
     if len(a) != 1 or len(b) != 1 or a > b:
         raise fail(f"{lo}..{hi} is not a range of characters")
-    regex = f"[{_class_char(a)}-{_class_char(b)}]"
+    regex = f"[{rust_char(a)}-{rust_char(b)}]"
     return regex_literal(_escaped_regex(regex, 0, fail) if json_escaped else regex)
 
 
@@ -265,11 +268,6 @@ def _regex(token: str, json_escaped: bool, fail: Fail) -> str:
 
 # ---- regexes over the JSON-escaped alphabet ------------------------------------------------
 
-# The regex parser behind `re` (Python >= 3.11 keeps it in re._parser): its syntax tree is the
-# one piece of regex reading we need; typeshed has no stubs for it.
-import re._constants as _c  # type: ignore[import-not-found]  # noqa: E402
-import re._parser as _p  # type: ignore[import-not-found]  # noqa: E402
-
 # The characters JSON must escape; every other character stands for itself.
 _SPECIALS = [chr(i) for i in range(0x20)] + ['"', "\\"]
 _PLAIN = r'[^"\\\x00-\x1f]'
@@ -280,7 +278,9 @@ def _escaped_regex(pattern: str, flags: int, fail: Fail) -> str:
 
     The pattern is read with Python's regex parser; syntax where Rust's regex (which the
     grammar as given is read with) means something else is refused, not misread."""
-    _refuse_rust_only(pattern, fail)
+    other = rust_only(pattern)
+    if other is not None:
+        raise fail(f"{other}: not supported in a custom tool's grammar")
     try:
         tree = _p.parse(pattern, flags)
     except re.error as e:
@@ -299,34 +299,6 @@ def _escaped_regex(pattern: str, flags: int, fail: Fail) -> str:
 
 _STARTS = (_c.AT_BEGINNING, _c.AT_BEGINNING_STRING)
 _ENDS = (_c.AT_END, _c.AT_END_STRING)
-
-
-def _refuse_rust_only(pattern: str, fail: Fail) -> None:
-    """Rust's class syntax that Python reads as literals: nested classes, `[:alpha:]`, and
-    the set operations `&&`, `--`, `~~`; Unicode classes `\\p{..}`."""
-    depth = 0
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            if pattern[i + 1:i + 2] in ("p", "P"):
-                raise fail("Unicode classes (\\p{...}) are not supported in a custom tool's "
-                           "grammar")
-            i += 2
-            continue
-        if depth and (ch == "[" or pattern[i:i + 2] in ("&&", "--", "~~")):
-            if not (ch == "-" and pattern[i + 2:i + 3] == "]"):
-                raise fail(f"Rust's class syntax ({pattern[i:i + 3]!r} inside [...]) is not "
-                           "supported in a custom tool's grammar")
-        if ch == "[" and not depth:
-            depth = 1
-            # a ']' first in a class (or after '^') is a literal
-            j = i + 1 + (pattern[i + 1:i + 2] == "^")
-            i = j + 1 if pattern[j:j + 1] == "]" else j
-            continue
-        if ch == "]" and depth:
-            depth = 0
-        i += 1
 
 
 def _seq(items: Any, dotall: bool, fail: Fail) -> str:
@@ -358,7 +330,7 @@ def _one_char(op: Any, av: Any, dotall: bool, fail: Fail) -> str:
     matches as its escape sequence."""
     if op is _c.LITERAL:
         ch = chr(av)
-        return re.escape(json_escape(ch)) if ch in _SPECIALS else _class_char(ch)
+        return re.escape(json_escape(ch)) if ch in _SPECIALS else rust_char(ch)
     if op is _c.ANY:
         plain, specials = _PLAIN, [c for c in _SPECIALS if dotall or c != "\n"]
     else:
@@ -392,9 +364,9 @@ def _member(items: Any, ch: str) -> bool:
 
 def _class_item(op: Any, av: Any, fail: Fail) -> str:
     if op is _c.LITERAL:
-        return _class_char(chr(av))
+        return rust_char(chr(av))
     if op is _c.RANGE:
-        return f"{_class_char(chr(av[0]))}-{_class_char(chr(av[1]))}"
+        return f"{rust_char(chr(av[0]))}-{rust_char(chr(av[1]))}"
     if op is _c.CATEGORY:
         names = {_c.CATEGORY_DIGIT: r"\d", _c.CATEGORY_NOT_DIGIT: r"\D",
                  _c.CATEGORY_SPACE: r"\s", _c.CATEGORY_NOT_SPACE: r"\S",
@@ -402,16 +374,3 @@ def _class_item(op: Any, av: Any, fail: Fail) -> str:
         if av in names:
             return names[av]
     raise fail(f"regex class item {str(op).lower()} cannot be enforced")
-
-
-# Rust's regex metacharacters: the only characters escaped (`\\<` is a word boundary there)
-_META = set("\\.+*?()|[]{}^$#&-~/")
-
-
-def _class_char(ch: str) -> str:
-    """One character as a regex (or class member) that means exactly it."""
-    if ch in _META:
-        return "\\" + ch
-    if 0x20 <= ord(ch) < 0x7F or ord(ch) > 0x7F:
-        return ch
-    return f"\\x{ord(ch):02x}"  # control characters (both Python's and Rust's syntax)

@@ -98,11 +98,15 @@ def string_literal(text: str) -> str:
 
 
 def regex_literal(pattern: str) -> str:
-    """A Lark regex token `/pattern/` matching exactly what `pattern` matches.
+    """A Lark regex token `/pattern/` matching exactly what `pattern` matches."""
+    return "/" + slashed(pattern) + "/"
 
-    Inside `/.../` an unescaped `/` would end the token: it is written `\\/` (which the regex
-    engine reads as `/`); escape sequences already in the pattern are copied as they are, so an
-    escaped `\\/` or `\\\\` is not escaped twice. A line break in the pattern becomes `\\n`."""
+
+def slashed(pattern: str) -> str:
+    """`pattern` for inside a Lark `/.../`, where an unescaped `/` would end the token: it is
+    written `\\/` (which the regex engine reads as `/`); escape sequences already in the
+    pattern are copied as they are, so an escaped `\\/` or `\\\\` is not escaped twice. A line
+    break in the pattern becomes `\\n`."""
     out: list[str] = []
     i = 0
     while i < len(pattern):
@@ -113,7 +117,7 @@ def regex_literal(pattern: str) -> str:
             continue
         out.append({"/": "\\/", "\n": "\\n", "\r": "\\r"}.get(ch, ch))
         i += 1
-    return "/" + "".join(out) + "/"
+    return "".join(out)
 
 
 def constraint_lark(c: Constraint, guards: Guards) -> str:
