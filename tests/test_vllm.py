@@ -274,6 +274,11 @@ def test_client_disconnect_cancels_the_upstream_generation(proxy: ServerProcess,
         lines = r.iter_lines()
         for _ in range(6):
             next(lines)
+        # vLLM sets the gauge after it has handed a step's tokens on, so the first events can
+        # reach us before it reads 1: wait for it while the stream is open.
+        deadline = time.monotonic() + 15
+        while vllm.running() != 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert vllm.running() == 1
     deadline = time.monotonic() + 15
     while vllm.running() and time.monotonic() < deadline:
