@@ -25,9 +25,12 @@ def test_prepare_turn_renders_with_the_template():
     turn = prepare_turn(fmt, MESSAGES, tok, chat_template=CHATML)
     assert turn.prompt == ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi"
                            "<|im_end|>\n<|im_start|>assistant\n")
-    # without tools, qwen3's spec renders the same conversation identically
+    # without tools, qwen3's spec renders the same conversation identically; with reasoning
+    # off (the default) it ends with the empty block Qwen3's own template writes for
+    # enable_thinking=False, which this plain ChatML template does not
     assert turn.prompt == render_prompt(fmt, MESSAGES, tools_from_openai(None))
-    assert prepare_turn(fmt, MESSAGES, tok).prompt == turn.prompt
+    assert prepare_turn(fmt, MESSAGES, tok, reasoning="on").prompt == turn.prompt
+    assert prepare_turn(fmt, MESSAGES, tok).prompt == turn.prompt + "<think>\n\n</think>\n\n"
 
 
 def test_chat_cli_with_a_template_file(tmp_path, capsys):

@@ -77,6 +77,16 @@ TOOLS = tools_from_openai(_tools())
 CALLABLE = [n for n, f in sorted(FORMATS.items()) if f.tool_calls is not None]
 
 
+def _spelled_value_end(name: str) -> bool:
+    """A per-key format whose value end is plain text in its vocabulary (Qwen3-Coder's
+    "\n</parameter>\n"): a random model ends a free-text value only by spelling that out,
+    which it almost never does within the budget (0 of 8 runs), so the `note` tool's runs say
+    nothing there; test_formats_qwen3_coder.py holds its grammar to written calls instead."""
+    s = get_format(name).tool_calls
+    return s is not None and s.layout == "per_key" \
+        and s.value_end.strip() not in get_format(name).special_tokens
+
+
 def _run(fmt_name: str, req: TurnRequest, seeds: range, max_tokens: int = 400):
     fmt = get_format(fmt_name)
     tok, eos = synthetic_tokenizer(fmt.special_tokens)
@@ -91,8 +101,9 @@ def _run(fmt_name: str, req: TurnRequest, seeds: range, max_tokens: int = 400):
         yield fmt, tok, compiler, d
 
 
-@pytest.mark.parametrize("name", CALLABLE)
-@pytest.mark.parametrize("tool", ["calc", "apply_patch", "tag", "note"])
+@pytest.mark.parametrize(("name", "tool"), [
+    (n, t) for n in CALLABLE for t in ("calc", "apply_patch", "tag", "note")
+    if not (t == "note" and _spelled_value_end(n))])
 def test_named_custom_tool_input_is_in_its_grammar(name, tool):
     req = TurnRequest(tools=TOOLS, tool_choice=tool, opening="")  # calls only: no reasoning
     spec = next(t for t in TOOLS if t.name == tool)
@@ -121,7 +132,8 @@ def test_custom_and_function_tools_together(name):
     req = TurnRequest(tools=TOOLS, tool_choice="required", opening="")
     by_name = {t.name: t for t in TOOLS}
     calls = 0
-    for fmt, tok, compiler, d in _run(name, req, range(10)):
+    # the `note` tool's free text ends rarely where its end is spelled out: more runs
+    for fmt, tok, compiler, d in _run(name, req, range(20 if _spelled_value_end(name) else 10)):
         if d.finish_reason != "stop":
             continue
         turn = parse(fmt, d.text, tools=TOOLS)

@@ -10,19 +10,26 @@ import json
 import pytest
 
 from kaname.errors import FormatParseError
-from kaname.formats import FORMATS, TurnRequest, build_grammar, get_format, parse, tools_from_openai
+from kaname.formats import (
+    FORMATS,
+    StreamParser,
+    TurnRequest,
+    build_grammar,
+    get_format,
+    merge_deltas,
+    parse,
+    tools_from_openai,
+)
 from kaname.grammar import GrammarCompiler, Lark
 from kaname.runtimes.synthetic import synthetic_tokenizer
 
 # (format, text a model wrote): the call or block is there, in a layout the format does not
 # use; it must raise, not come back as content
 MISPLACED = [
-    ("qwen3", '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call><|im_end|>'),
-    ("hermes", '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call><|im_end|>'),
-    ("qwen3", "<think>x</think>hello<|im_end|>"),
     ("qwen3", "hello <think>x</think><|im_end|>"),
+    ("qwen3", "<think>x</think>hello<think>y</think><|im_end|>"),
     ("deepseek_v31", "answer<think>x</think><｜end▁of▁sentence｜>"),
-    ("gemma3", 'text ```tool_call{"name": "f"}```<end_of_turn>'),
+    ("glm45", "fine <think></think> then<|user|>"),
 ]
 
 
@@ -30,6 +37,39 @@ MISPLACED = [
 def test_a_misplaced_call_or_block_raises(name, text):
     with pytest.raises(FormatParseError, match="inside content"):
         parse(get_format(name), text)
+
+
+# Written with a marker's edge whitespace left out: read as the layout it stands for
+# (reasoning, content, calls); the marker cores themselves are never optional.
+LEFT_OUT = [
+    ("qwen3", '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call><|im_end|>',
+     (None, None, [("f", {"a": 1})])),
+    ("hermes", 'Sure.<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'
+     '<tool_call>{"name": "g", "arguments": {}}</tool_call><|im_end|>',
+     (None, "Sure.", [("f", {"a": 1}), ("g", {})])),
+    ("qwen3", "<think>x</think>hello<|im_end|>", ("x", "hello", [])),
+    ("qwen3", "<think>x\n</think>\nhello<|im_end|>", ("x", "hello", [])),
+    ("gemma3", 'text\n```tool_call{"name": "f", "arguments": {}}```<end_of_turn>',
+     (None, "text\n", [("f", {})])),  # gemma3 writes no glue: the newline is content
+    ("glm45", "<think>r</think><tool_call>f<arg_key>a</arg_key><arg_value>1</arg_value>"
+     "</tool_call><|observation|>", ("r", None, [("f", {"a": 1})])),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), LEFT_OUT)
+def test_markers_without_their_whitespace_are_read(name, text, expected):
+    fmt = get_format(name)
+    turn = parse(fmt, text)
+    assert (turn.reasoning_content, turn.content,
+            [(c.name, json.loads(c.arguments)) for c in turn.tool_calls]) == expected
+    for size in (1, 2, 5):  # streamed in chunks, the deltas add up to the same turn
+        parser = StreamParser(fmt)
+        deltas = [d for i in range(0, len(text), size) for d in parser.feed(text[i:i + size])]
+        _, rest = parser.finish()
+        msg = merge_deltas(deltas + rest)
+        assert (msg["reasoning_content"], msg["content"]) == expected[:2]
+        assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                for c in msg["tool_calls"]] == expected[2]
 
 
 @pytest.mark.parametrize("key", ["parameters", "arguments"])

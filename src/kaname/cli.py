@@ -258,8 +258,9 @@ def cmd_formats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, ensure_ascii=False))
     else:
+        width = max(len(f.name) for f in FORMATS.values())
         for r in rows:
-            print(f"{r['name']:<10} {r['description']}")
+            print(f"{r['name']:<{width}}  {r['description']}")
     return 0
 
 

@@ -22,14 +22,15 @@ from .parser import (
 )
 from .plamo3 import PLAMO3
 from .qwen3 import HERMES, QWEN3, QWEN3_THINKING
+from .qwen3_coder import QWEN3_CODER, QWEN35
 from .render import render_assistant, render_prompt
 from .request import Tool, TurnRequest, tools_from_openai
 from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
 from .template import chat_template_from_gguf, render_template
 
 FORMATS: dict[str, ChatFormat] = {f.name: f for f in (
-    GEMMA3, QWEN3, QWEN3_THINKING, HERMES, KIMI_K2, PLAMO3, DEEPSEEK_V31, GLM45, GLM47,
-    LLAMA31, MISTRAL, GPT_OSS)}
+    GEMMA3, QWEN3, QWEN3_THINKING, HERMES, QWEN3_CODER, QWEN35, KIMI_K2, PLAMO3, DEEPSEEK_V31,
+    GLM45, GLM47, LLAMA31, MISTRAL, GPT_OSS)}
 _ALIASES = {a: f for f in FORMATS.values() for a in f.aliases}
 
 

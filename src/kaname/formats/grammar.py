@@ -32,7 +32,6 @@ from ..grammar.lark import (
     json_expr,
     json_object_expr,
     regex_literal,
-    slashed,
     start_rule,
     string_literal,
 )
@@ -100,8 +99,8 @@ class _Builder:
         spelled = [c for c in exclude if c not in self.special]
         if spelled:
             free = self.name("FREE").upper()
-            avoid = "|".join(re.escape(c) for c in spelled)
-            self.rules.append(f"{free}: /{text}/ & ~/(?s:.*)(?:{slashed(avoid)})(?s:.*)/")
+            avoid = "|".join(raw_text.literal(c) for c in spelled)
+            self.rules.append(f"{free}: /{text}/ & ~/(?s:.*)(?:{avoid})(?s:.*)/")
         if special:
             # Text cannot contain a special token, so the regex ends where the marker starts.
             text_rule = self.name("free")
@@ -169,8 +168,11 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
             alternatives.append(_seq(preamble, opener, calls, calls_end))
     if req.tool_choice in ("auto", "none") or not tools:
         if content is None:
+            # nor hold a call's head: the parser reads a call inside text as a layout it
+            # does not take, and raises
+            heads = ("{" + json.dumps(syntax.name_key) + ":",) if bare_calls and syntax else ()
             text = b.until(content_ends, text=_NO_BRACE_TEXT if bare_calls else ANY_TEXT,
-                           exclude=fmt.marker_cores)
+                           exclude=(*fmt.marker_cores, *heads))
             alternatives.append(_seq(cb, text))
         else:
             alternatives.append(_seq(cb, b.lit(fmt.json_prefix), content,
@@ -283,7 +285,8 @@ def _custom_call(b: _Builder, s: ToolCallSyntax, tool: Tool, at: str) -> str:
     comma = b.guards.separators[0] if b.guards.separators else ", "
     per_key = s.layout == "per_key"
     if isinstance(tool.grammar, Text):
-        value = b.until(s.value_end) if per_key else None
+        value = b.until(s.value_end, exclude=[s.value_end.strip(), *_value_avoids(s)]) \
+            if per_key else None
     else:
         assert tool.grammar is not None  # a custom tool
         lark = tool.grammar.grammar if isinstance(tool.grammar, Lark) \
@@ -352,26 +355,37 @@ def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any, strict:
     """A value through the end marker: bare text for a string schema (`null` too for an
     optional one), JSON otherwise; `prop` True: any text."""
     if prop is True:
-        return _raw_text(b, s.value_end, [])
+        return _raw_text(b, s.value_end, [], avoid=_value_avoids(s))
     r = keyed.raw(params, prop)
     if r is None:
-        return f"{b.json(keyed.value_schema(params, prop), strict=strict)} {b.lit(s.value_end)}"
+        value = f"{b.json(keyed.value_schema(params, prop), strict=strict)} {b.lit(s.value_end)}"
+        if s.python_booleans and keyed.is_boolean(params, prop):
+            return f'({value} | ("True" | "False") {b.lit(s.value_end)})'
+        return value
     text = _raw_text(b, s.value_end, keyed.raw_regexes(
         r, max_string_length=b.guards.max_string_length,
-        max_fraction_digits=b.guards.max_fraction_digits))
+        max_fraction_digits=b.guards.max_fraction_digits), avoid=_value_avoids(s))
     return f'("null" {b.lit(s.value_end)} | {text})' if r.nullable else text
 
 
+def _value_avoids(s: ToolCallSyntax) -> list[str]:
+    """What a raw value never holds besides its end marker: a key's or the call's opening tag
+    (the parser reads a value holding one as a closing tag left out, and raises)."""
+    return [c for m in (s.key_begin, s.call_end) if (c := m.strip())]
+
+
 def _raw_text(b: _Builder, marker: str, regexes: Sequence[str],
-              exclude: Sequence[str] = ()) -> str:
+              exclude: Sequence[str] = (), avoid: Sequence[str] = ()) -> str:
     """A rule: raw text matching each of `regexes` (over the whole text), none of `exclude`,
-    never containing `marker` (the parser cuts the text at its first occurrence, spelled with
-    any tokens), then `marker`. One lexeme: llguidance's `&` and `~` on a terminal."""
+    never containing the core of `marker` (the parser cuts the text at its first occurrence,
+    spelled with any tokens and its edge whitespace optional) nor any of `avoid`, then
+    `marker`. One lexeme: llguidance's `&` and `~` on a terminal."""
     term = b.name("RAW")
     parts = [f"/{r}/" for r in regexes] or [f"/{ANY_TEXT}/"]
     if exclude:
         parts.append("~/(?:" + "|".join(raw_text.literal(k) for k in exclude) + ")/")
-    parts.append(f"~/(?s:.*{raw_text.literal(marker)}.*)/")
+    inside = [marker.strip() or marker, *(a for a in avoid if a)]
+    parts.append("~/(?s:.*(?:" + "|".join(raw_text.literal(a) for a in inside) + ").*)/")
     b.rules.append(f"{term}: {' & '.join(parts)}")
     rule = b.name("raw")
     # plain-text markers: a lazy rule stops the text at the marker (lexemes are greedy)

@@ -268,6 +268,16 @@ def _count(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
+PYTHON_BOOLEANS = {"True": "true", "False": "false"}
+
+
+def is_boolean(params: Any, schema: Any) -> bool:
+    """Whether `schema` is `{"type": "boolean"}` (annotations aside, through a local $ref)."""
+    s, _ = _resolve(params, schema, "", "")
+    return isinstance(s, Mapping) and s.get("type") == "boolean" \
+        and not set(s) - _ANNOTATIONS - {"type"}
+
+
 def value_schema(params: Mapping[str, Any], schema: Any) -> Any:
     """A property schema made standalone: the root's definitions travel with it."""
     if not isinstance(schema, Mapping):
@@ -281,14 +291,18 @@ def encode(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def decode(text: str, reading: Raw | None, *, known: bool) -> str | None:
+def decode(text: str, reading: Raw | None, *, known: bool,
+           python_booleans: bool = False) -> str | None:
     """The JSON text of a value as written. With the schema `known`, a raw value is quoted (an
     optional string's `null` is null) and anything else must be JSON (None if it is not);
-    without it, the text is read as JSON when it parses and as a string otherwise."""
+    without it, the text is read as JSON when it parses and as a string otherwise.
+    `python_booleans`: "True" / "False" are JSON's true / false where the schema is known."""
     if known and reading is not None:
         if reading.nullable and text == "null":
             return "null"
         return json.dumps(text, ensure_ascii=False)
+    if known and python_booleans and text in PYTHON_BOOLEANS:
+        return PYTHON_BOOLEANS[text]
     try:
         json.loads(text)
     except json.JSONDecodeError:

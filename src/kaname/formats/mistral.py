@@ -19,7 +19,8 @@ MISTRAL = ChatFormat(
     source="mistralai/mistral-common chat template v13 (think)",
     special_tokens=("<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
                     "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[ARGS]",
-                    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[THINK]", "[/THINK]"),
+                    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[THINK]", "[/THINK]",
+                    "[CALL_ID]"),  # never written; a call header holding it is refused
     bos="<s>",
     system="[SYSTEM_PROMPT]{content}[/SYSTEM_PROMPT]",
     user="[INST]{content}[/INST]",

@@ -6,6 +6,11 @@ and emits only what can no longer change (text that could still turn into a mark
 back), so the stream always adds up to the non-streamed result.
 
 A turn that does not follow the format raises `FormatParseError`: never silently plain content.
+
+Whitespace at the edges of a marker is optional when reading (`_split`): models write Qwen3's
+"<tool_call>\n" as "<tool_call>", "<think>\nR\n</think>" as "<think>R</think>", GLM-4.5's
+calls without its newlines. The layout the grammar writes is read exactly first, so what the
+grammar allows parses as before; the marker cores themselves are never optional.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any
 from ..errors import FormatParseError
 from . import keyed
 from .request import CUSTOM_INPUT, Tool
-from .spec import ChatFormat
+from .spec import ChatFormat, ToolCallSyntax
 
 
 @dataclass
@@ -114,6 +119,19 @@ class ParsedTurn:
         return msg
 
 
+def _split(marker: str) -> tuple[str, str, str]:
+    """A marker's leading whitespace, core and trailing whitespace (all lead when blank)."""
+    core = marker.strip()
+    if not core:
+        return marker, "", ""
+    at = marker.index(core)
+    return marker[:at], core, marker[at + len(core):]
+
+
+def _core(marker: str) -> str:
+    return _split(marker)[1]
+
+
 def _held(text: str, markers: list[str]) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of a marker."""
     best = 0
@@ -142,15 +160,68 @@ class _Scan:
                                 f"{self.text[self.pos:self.pos + 40]!r}")
 
     def expect(self, marker: str) -> bool:
-        """Consume `marker`; False when partial text ends inside it."""
+        """Consume `marker`, its edge whitespace optional; False when partial text ends
+        inside it."""
+        found = self.loose(marker)
+        if found is None:
+            raise self.fail(f"expected {marker!r}")
+        return found
+
+    def loose(self, marker: str) -> bool | None:
+        """Consume `marker` as written, or its core with as much of its edge whitespace as
+        is there: True; False when partial text ends inside it; None when it is not there."""
         rest = self.text[self.pos:]
         if rest.startswith(marker):
             self.pos += len(marker)
             return True
-        if self.partial and marker.startswith(rest):
+        lead, core, trail = _split(marker)
+        if not core:  # a blank marker (GLM-4.5's "\n" after the name) may be left out
+            self.skip(lead)
+            if self.partial and self.pos == len(self.text):
+                return False
+            return True
+        for head in (lead, ""):
+            if rest.startswith(head + core):
+                self.pos += len(head + core)
+                self.skip(trail)
+                return True
+        if self.partial and any(v.startswith(rest) for v in (marker, core + trail)):
             self.pos = len(self.text)
             return False
-        raise self.fail(f"expected {marker!r}")
+        return None
+
+    def ws(self) -> None:
+        """Skip whitespace between two markers of a call (where the format writes some, or
+        none): never inside a value or content."""
+        n = len(self.text)
+        while self.pos < n and self.text[self.pos] in " \t\r\n":
+            self.pos += 1
+
+    def skip(self, ws: str) -> None:
+        """Consume the longest prefix of the whitespace `ws` that is there."""
+        k = len(ws)
+        while k and not self.text.startswith(ws[:k], self.pos):
+            k -= 1
+        self.pos += k
+
+    def find(self, marker: str, start: int) -> tuple[int, int]:
+        """Where `marker` (its edge whitespace optional) next occurs from `start`: the start
+        of the text it ends (its leading whitespace excluded, where there) and the position
+        after it; (-1, -1) if it does not."""
+        lead, core, trail = _split(marker)
+        if not core:
+            at = self.text.find(lead, start)
+            return (at, at + len(lead)) if at >= 0 else (-1, -1)
+        at = self.text.find(core, start)
+        if at < 0:
+            return -1, -1
+        body_end = at - len(lead) if lead and self.text.startswith(lead, at - len(lead)) \
+            and at - len(lead) >= start else at
+        end = at + len(core)
+        k = len(trail)
+        while k and not self.text.startswith(trail[:k], end):
+            k -= 1
+        return body_end, end + k
 
     def expect_end(self, markers: Sequence[str]) -> None:
         """Consume one of the end-of-turn markers; nothing may follow it."""
@@ -201,6 +272,7 @@ class _Scan:
                     raise self.fail("a preamble must be followed by a tool call")
             if any(rest.startswith(o) for o in s.openers):
                 self._calls()
+                self.ws()
                 if self.pos < len(self.text) or not self.partial:
                     self.expect_end(calls_ends)
                 return self.turn
@@ -211,9 +283,14 @@ class _Scan:
             return self.turn
         with_calls = s is not None and bool(opener) and s.content_before_calls
         glue = s.after_content if s is not None and with_calls else ""
-        markers = [*(m for m in (glue + opener, opener) if with_calls and m), *content_ends]
+        # the calls start at the opener's core; the glue and its leading whitespace before
+        # it are not content
+        core = _core(opener) if with_calls else ""
+        markers = [*(m for m in (glue + opener, opener, core) if with_calls and m),
+                   *content_ends]
         rest = self.text[self.pos:]
-        cut = min((i for m in markers if (i := rest.find(m)) >= 0), default=-1)
+        cut = min((i for m in (core, *content_ends) if m and (i := rest.find(m)) >= 0),
+                  default=-1)
         if cut < 0:
             if not self.partial:
                 raise self.fail("turn does not end with the end-of-turn marker")
@@ -221,19 +298,45 @@ class _Scan:
             self.turn.content = content or None
             self.pos = len(self.text)
             return self.turn
+        calls = bool(core) and rest.startswith(core, cut)
         content = rest[:cut]
+        self._refuse_bare_calls(content)
+        if calls:
+            lead = _split(opener)[0]
+            for before in dict.fromkeys((glue + lead, lead, glue)):
+                if before and content.endswith(before):
+                    content = content[:-len(before)]
+                    break
         self._refuse_markers(content)
         self.turn.content = self._content(content) if content else None
         self.pos += cut
-        if glue and rest.startswith(glue + opener, cut):
-            self.pos += len(glue)  # written between content and the calls; not content
         ends = content_ends
-        if with_calls and self.text.startswith(opener, self.pos):
+        if calls:
             self._calls()
+            self.ws()  # before the end of turn, as between calls
             ends = calls_ends
         if self.pos < len(self.text) or not self.partial:
             self.expect_end(ends)
         return self.turn
+
+    def _refuse_bare_calls(self, content: str) -> None:
+        """A call written as bare JSON (Llama) inside text, or after another call, is a layout
+        the format does not take (one call, the whole turn): raise, not content. Only a
+        call-shaped object counts, so JSON content with a "name" key stays content."""
+        s = self.fmt.tool_calls
+        if s is None or s.opener:
+            return
+        head = "{" + json.dumps(s.name_key) + ":"
+        at = content.find(head)
+        while at >= 0:
+            try:
+                value, _ = json.JSONDecoder().raw_decode(content, at)
+            except json.JSONDecodeError:
+                value = None
+            if _call_args_key(s, value) is not None:
+                self.pos += at
+                raise self.fail("a tool call inside content (one bare call is the whole turn)")
+            at = content.find(head, at + 1)
 
     def _refuse_markers(self, content: str) -> None:
         """Content never holds a reasoning or call marker (the grammar keeps them out): text
@@ -250,31 +353,35 @@ class _Scan:
         r = self.fmt.reasoning
         if r is None:
             return True
-        if self.text.startswith(r.begin):
-            start = len(r.begin)
-            end = self.text.find(r.end, start)
-            pad = r.pad
+        if self._opens(r.begin):
+            self.loose(r.begin)
+            start = self.pos
+            end, after = self.find(r.pad + r.end, start)
             if end < 0:
                 if not self.partial:
                     raise self.fail("reasoning block never ends")
                 body = self.text[start:]
                 # hold back what may still become the pad + end marker
-                keep = len(body) - max(_held(body, [r.end]) + len(pad),
-                                       _held(body, [pad + r.end]))
+                keep = len(body) - _held(body, [r.pad + r.end, _core(r.end)])
                 self.turn.reasoning_content = body[:max(0, keep)]
                 self.pos = len(self.text)
                 return False
             body = self.text[start:end]
-            body = body[:-len(pad)] if pad and body.endswith(pad) else body
             self.turn.reasoning_content = body or None  # an empty block says nothing
-            self.pos = end + len(r.end)
+            self.pos = after
             return True
-        if r.off and self.text.startswith(r.off):
-            self.pos = len(r.off)
+        if r.off and self._opens(r.off):
+            self.loose(r.off)
             return True
-        if self.partial and any(m.startswith(self.text) for m in (r.begin, r.off) if m):
+        if self.partial and any(m.startswith(self.text) for m in
+                                (r.begin, r.off, _core(r.begin), _core(r.off)) if m):
             return False  # cannot tell yet
         return True
+
+    def _opens(self, marker: str) -> bool:
+        """Whether the text starts with `marker` (its edge whitespace optional)."""
+        lead, core, _ = _split(marker)
+        return bool(core) and (self.text.startswith(lead + core) or self.text.startswith(core))
 
     def _preamble(self) -> bool:
         """A message to the user before the calls (harmony's commentary preamble), read as the
@@ -325,38 +432,50 @@ class _Scan:
                 return False  # undecided until the object ends (or the turn does)
             return None
         self.pos = end
-        # Llama models also write "arguments" where the format says "parameters"
-        keys = {s.args_key, "arguments", "parameters"}
-        arg_keys = set(value) - {s.name_key} if isinstance(value, dict) else set()
-        if not (isinstance(value, dict) and s.name_key in value and len(arg_keys) == 1
-                and arg_keys <= keys and isinstance(value[s.name_key], str)):
+        key = _call_args_key(s, value)
+        if key is None:
             self.pos = start
             return None
-        args = json.dumps(value[arg_keys.pop()], ensure_ascii=False)
+        args = json.dumps(value[key], ensure_ascii=False)
         self.turn.tool_calls.append(ToolCall(0, value[s.name_key], args, f"{self.id_prefix}0"))
         return True
 
     def _calls(self) -> None:
         s = self.fmt.tool_calls
         assert s is not None
-        if s.section_begin and not self.expect(s.section_begin):
-            return
+        if s.section_begin:
+            if not self.expect(s.section_begin):
+                return
+            self.ws()
         index = 0
         while True:
             ends = self._header_begin()
-            if ends is None or not self._call(index, ends) or not self.expect(s.call_end):
+            if ends is None or not self._call(index, ends):
                 return
+            if s.call_end:
+                self.ws()
+                if not self.expect(s.call_end):
+                    return
             index += 1
-            nexts = [s.separator + b for b in dict.fromkeys(b for b, _ in s.all_headers)]
+            begins = list(dict.fromkeys(b for b, _ in s.all_headers))
+            nexts = [s.separator + b for b in begins]
             rest = self.text[self.pos:]
             if s.parallel and any(rest.startswith(n) for n in nexts):
                 self.pos += len(s.separator)
                 continue
-            if self.partial and s.parallel and any(n.startswith(rest) for n in nexts):
+            # between calls, any whitespace (the separator's or none) goes
+            loose = [c for b in begins if (c := _core(b))]
+            ws = len(rest) - len(rest.lstrip())
+            if s.parallel and len(begins) == 1 and any(rest.startswith(c, ws) for c in loose):
+                self.pos += ws
+                continue
+            if self.partial and s.parallel and (any(n.startswith(rest) for n in nexts)
+                                                or any(c.startswith(rest[ws:]) for c in loose)):
                 self.pos = len(self.text)  # another call may still follow: undecided
                 return
             break
         if s.section_end:
+            self.ws()
             self.expect(s.section_end)
 
     def _header_begin(self) -> tuple[str, ...] | None:
@@ -383,7 +502,10 @@ class _Scan:
         assert s is not None
         call_id = f"{self.id_prefix}{index}"
         if s.layout == "json":
+            self.ws()
             return self._json_call(index, call_id)
+        if s.name_prefix:
+            self.ws()
         if not self.expect(s.name_prefix):
             return False
         # The header (name, index) is final only once its end is seen: the first of the
@@ -393,8 +515,19 @@ class _Scan:
         consumed = bool(ends or s.args_begin)
         candidates = ends or ((s.args_begin,) if s.args_begin else
                               (s.key_begin, s.call_end) if s.layout == "per_key" else ())
-        found = [(i, e) for e in candidates if e and (i := self.text.find(e, self.pos)) >= 0]
+        if s.layout == "per_key":
+            # per-key markers' edge whitespace is optional: GLM-4.5's name may end at the
+            # first key (its "\n" left out), Qwen3-Coder's at ">"
+            if s.args_begin and not _core(s.args_begin):
+                candidates = (s.args_begin, s.key_begin, s.call_end)
+            found = [(i, e) for e in candidates if e
+                     and (i := self.find(e, self.pos)[0]) >= 0]
+        else:
+            found = [(i, e) for e in candidates
+                     if e and (i := self.text.find(e, self.pos)) >= 0]
         end, args_begin = min(found, key=lambda f: (f[0], -len(f[1])), default=(-1, ""))
+        if s.layout == "per_key" and args_begin != s.args_begin:
+            args_begin = s.args_begin if consumed else ""  # a key or the call's end: not ours
         if not consumed:
             args_begin = ""
         if end < 0:
@@ -402,10 +535,13 @@ class _Scan:
                 self.pos = len(self.text)
                 return False
             raise self.fail("tool call header never ends")
-        name = self.text[self.pos:end]
-        if s.layout == "per_key" and any(m and m in name for m in (
-                s.call_begin, s.key_end, s.value_begin, s.value_end)):
+        name = self.text[self.pos:end].strip()  # a name holds no whitespace: markers' is theirs
+        if s.layout == "per_key" and any(c and c in name for c in map(_core, (
+                s.call_begin, s.key_end, s.value_begin, s.value_end))):
             raise self.fail("tool call name holds argument markers")  # a tag left out
+        if any(t in name for t in self.fmt.special_tokens):
+            # a header in a layout the format does not write (Mistral's "[CALL_ID]")
+            raise self.fail("tool call name holds a marker")
         if s.index_sep:
             name, sep, idx = name.rpartition(s.index_sep)
             if not sep or not idx.isdigit():
@@ -418,6 +554,7 @@ class _Scan:
             return False
         if s.layout == "per_key":
             return self._keyed_args(call)
+        self.ws()
         start = self.pos
         _, ok = self._json()
         call.arguments = self.text[start:self.pos] if ok else self.open_args or ""
@@ -437,6 +574,16 @@ class _Scan:
             call = ToolCall(index, json.loads(m.group(1)), "", call_id)
             self.turn.tool_calls.append(call)
             start = self.pos = m.end()
+            if self.text.startswith('"', start):
+                # arguments written as a JSON string holding the object (vLLM reads them so):
+                # read whole, never streamed as the string's text
+                value, ok = self._json()
+                if not ok:
+                    return False
+                call.arguments = _object_text(value) or ""
+                if not call.arguments:
+                    raise self.fail("tool call arguments are a string, not an object")
+                return self.expect("}")
             _, ok = self._json()
             call.arguments = self.text[start:self.pos] if ok else self.open_args or ""
             if not ok:
@@ -451,8 +598,12 @@ class _Scan:
         if not isinstance(value, dict) or not isinstance(value.get(s.name_key), str) \
                 or s.args_key not in value:
             raise self.fail("tool call is not {name, arguments}")
-        args = json.dumps(value[s.args_key], ensure_ascii=False)
-        self.turn.tool_calls.append(ToolCall(index, value[s.name_key], args, call_id))
+        args = value[s.args_key]
+        text = _object_text(args) if isinstance(args, str) else json.dumps(args,
+                                                                           ensure_ascii=False)
+        if text is None:
+            raise self.fail("tool call arguments are a string, not an object")
+        self.turn.tool_calls.append(ToolCall(index, value[s.name_key], text, call_id))
         return True
 
     def _keyed_args(self, call: ToolCall) -> bool:
@@ -473,19 +624,21 @@ class _Scan:
             return False
 
         while True:
-            rest = self.text[self.pos:]
-            if not rest.startswith(s.key_begin):
-                if self.partial and s.key_begin.startswith(rest):
+            self.ws()
+            found = self.loose(s.key_begin)
+            if not found:
+                if found is False:
                     return partial()  # another key may follow: undecided
                 break
-            self.pos += len(s.key_begin)
-            key_at = self.text.find(s.key_end, self.pos)
+            key_at, after = self.find(s.key_end, self.pos)
             if key_at < 0:
                 if self.partial:
                     return partial()
                 raise self.fail("argument key never ends")
             key = self.text[self.pos:key_at]
-            self.pos = key_at + len(s.key_end)
+            self.pos = after
+            if s.value_begin:
+                self.ws()
             if not self.expect(s.value_begin):
                 return partial()
             # a declared key's schema; an undeclared key's is additionalProperties' (any
@@ -494,23 +647,32 @@ class _Scan:
             known = isinstance(schema, Mapping)
             reading = keyed.raw(params, schema) if known else None
             head = json.dumps(key, ensure_ascii=False) + ": "
-            value_at = self.text.find(s.value_end, self.pos)
+            value_at, after = self.find(s.value_end, self.pos)
             if value_at < 0:
                 if not self.partial:
                     raise self.fail("argument value never ends")
                 body = self.text[self.pos:]
-                body = body[:len(body) - _held(body, [s.value_end])]
+                body = body[:len(body) - _held(body, [s.value_end, _core(s.value_end)])]
                 if not known or (reading is not None and reading.nullable
                                  and "null".startswith(body)):
                     return partial(head)  # raw or JSON (null or text): undecided yet
                 if reading is not None:
                     return partial(head + json.dumps(body, ensure_ascii=False)[:-1])
+                if s.python_booleans and body and any(
+                        b.startswith(body) for b in keyed.PYTHON_BOOLEANS):
+                    return partial(head)  # "True" is read as true: not final yet
                 return partial(head + body)
-            value = keyed.decode(self.text[self.pos:value_at], reading, known=known)
+            text = self.text[self.pos:value_at]
+            if reading is not None or not known:
+                for core in (_core(s.key_begin), _core(s.call_end)):
+                    if core and core in text:  # a closing tag left out: not a value
+                        self.pos += text.index(core)
+                        raise self.fail(f"argument {key!r} holds {core!r}")
+            value = keyed.decode(text, reading, known=known, python_booleans=s.python_booleans)
             if value is None:
                 raise self.fail(f"argument {key!r} is not JSON")
             pieces.append(head + value)
-            self.pos = value_at + len(s.value_end)
+            self.pos = after
         call.arguments = "{" + ", ".join(pieces) + "}"
         return True
 
@@ -571,6 +733,26 @@ def _could_become(text: str, name_key: str, args_key: str) -> bool:
             return second.startswith(after) or after.startswith(second)
         i += 1
     return True  # the name is still being written
+
+
+def _object_text(value: Any) -> str | None:
+    """The JSON text of the object a string holds, or None."""
+    try:
+        inner = json.loads(value) if isinstance(value, str) else None
+    except json.JSONDecodeError:
+        return None
+    return json.dumps(inner, ensure_ascii=False) if isinstance(inner, dict) else None
+
+
+def _call_args_key(s: ToolCallSyntax, value: Any) -> str | None:
+    """The arguments key of a call-shaped bare JSON value ({name, arguments}), else None.
+    Llama models also write "arguments" where the format says "parameters"."""
+    if not isinstance(value, dict) or not isinstance(value.get(s.name_key), str):
+        return None
+    rest = set(value) - {s.name_key}
+    if len(rest) != 1 or not rest <= {s.args_key, "arguments", "parameters"}:
+        return None
+    return rest.pop()
 
 
 def _tool_map(tools: Sequence[Tool] | None) -> dict[str, Tool] | None:

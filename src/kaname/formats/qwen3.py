@@ -30,7 +30,10 @@ QWEN3 = ChatFormat(
     generation_prompt="<|im_start|>assistant\n",
     tools_template=_TOOLS,
     tools_position="system",
-    reasoning=ReasoningSyntax(begin="<think>\n", end="</think>\n\n", pad="\n"),
+    # enable_thinking=False: the prompt writes an empty block, which history turns never show
+    reasoning=ReasoningSyntax(begin="<think>\n", end="</think>\n\n", pad="\n",
+                              off="<think>\n\n</think>\n\n", closed_by_prompt=True,
+                              off_in_history="never"),
     tool_calls=ToolCallSyntax(layout="json", call_begin="<tool_call>\n",
                               call_end="\n</tool_call>", separator="\n",
                               after_content="\n"),
@@ -61,5 +64,6 @@ QWEN3_THINKING = replace(
     aliases=("qwen3-2507-thinking", "qwen3_2507_thinking"),
     description="Qwen3-2507 Thinking: Qwen3's turns and calls, the prompt opens <think>",
     source="Qwen3-2507 Thinking chat_template (Qwen3's, generation prompt ending in <think>)",
-    reasoning=replace(QWEN3.reasoning, opened_by_prompt=True) if QWEN3.reasoning else None,
+    reasoning=replace(QWEN3.reasoning, opened_by_prompt=True, closed_by_prompt=False, off="")
+    if QWEN3.reasoning else None,
 )

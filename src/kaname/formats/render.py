@@ -88,7 +88,7 @@ def render_assistant(fmt: ChatFormat, message: Mapping[str, Any], where: str, *,
     if r is not None and not continuing:
         if reasoning:
             out += r.begin + (reasoning.strip(r.pad) if r.pad else reasoning) + r.pad + r.end
-        else:
+        elif r.off_in_history == "always" or (r.off_in_history == "kept" and with_reasoning):
             out += r.off
     content = _text(message.get("content"), where)
     if fmt.trim_content:
@@ -148,6 +148,13 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     if tools_text:
         if fmt.tools_position == "own_system":  # the template is a whole turn of its own
             out += tools_text
+        elif fmt.tools_position == "system_start":
+            text = _text(msgs[0].get("content"), "/messages/0") if has_system else ""
+            first = {**msgs[0], "content": tools_text + (f"\n\n{text}" if text else "")} \
+                if has_system else {"role": "system", "content": tools_text}
+            msgs[0:1 if has_system else 0] = [first]
+            if not has_system:
+                origin.insert(0, "/messages")
         elif fmt.tools_position == "system":
             if has_system:
                 first = dict(msgs[0])

@@ -39,6 +39,13 @@ class ReasoningSyntax:
     # two a turn that may reason ("on") gets: the template's default.
     opened_by_prompt: bool = False
     prompt_default: Literal["open", "closed"] = "open"
+    # The generation prompt writes `off` for a turn that does not reason, and nothing for one
+    # that does: the model opens the block itself (Qwen3's enable_thinking=False).
+    closed_by_prompt: bool = False
+    # Which history turns without reasoning shown start with `off`: all of them ("always"),
+    # those whose reasoning would be kept ("kept": Qwen3.5 writes an empty block after the
+    # last user message, nothing before it), or none ("never": Qwen3).
+    off_in_history: Literal["always", "kept", "never"] = "always"
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,9 @@ class ToolCallSyntax:
     # written between non-empty content and the first call (Qwen3: "\n"); not content
     after_content: str = ""
     headers: tuple[tuple[str, str], ...] = ()
+    # per-key values of a boolean schema may also be spelled "True" / "False" (Qwen3-Coder's
+    # template writes them through Jinja's `string`); read as JSON's true / false
+    python_booleans: bool = False
     preamble_begin: str = ""
     preamble_end: str = ""
 
@@ -153,9 +163,10 @@ class ChatFormat:
     # "system": appended to the first system turn (created if none; `tools_system` is then its
     # template, when set); "own_system": a turn of its own before everything; "first_user":
     # prepended to the first user message's text; "before_first_user": written just before
-    # the first user turn.
+    # the first user turn; "system_start": the first system turn's text follows the tools
+    # text after a blank line (Qwen3.5).
     tools_position: Literal["system", "own_system", "first_user", "before_first_user",
-                            "none"] = "none"
+                            "system_start", "none"] = "none"
     tools_system: str = ""
     reasoning: ReasoningSyntax | None = None
     tool_calls: ToolCallSyntax | None = None
@@ -199,6 +210,8 @@ class ChatFormat:
         / required) before the model starts: "" unless the format's prompt opens the
         reasoning block. ConstraintError where the mode cannot be had."""
         r = self.reasoning
+        if r is not None and r.closed_by_prompt and reasoning == "off":
+            return r.off
         if r is None or not r.opened_by_prompt:
             return ""
         if reasoning == "required" or (reasoning == "on" and r.prompt_default == "open"):
@@ -222,6 +235,8 @@ class ChatFormat:
         if self.tool_calls is not None:
             s = self.tool_calls
             out += [s.call_begin, s.call_end, s.section_begin, s.section_end]
+            if s.layout == "per_key":  # Qwen3-Coder's "<function=" opens a call by itself
+                out.append(s.name_prefix)
         return tuple(dict.fromkeys(c for m in out if (c := m.strip())))
 
     @property
