@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from .qwen3 import HERMES, QWEN3
 from .request import Tool
-from .spec import ChatFormat, ReasoningSyntax, ToolCallSyntax
+from .spec import ReasoningSyntax, ToolCallSyntax
 
 _CALL_HELP = (
     "\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:"
@@ -85,56 +87,38 @@ _CALLS = ToolCallSyntax(
     separator="\n", after_content="\n\n", name_prefix="<function=", args_begin=">\n",
     key_begin="<parameter=", key_end=">\n", value_end="\n</parameter>\n", python_booleans=True)
 
-QWEN3_CODER = ChatFormat(
+# ChatML turns as Qwen3's (hermes: the same without reasoning); calls, tools and tool results
+# are the templates' own
+QWEN3_CODER = replace(
+    HERMES,
     name="qwen3_coder",
     aliases=("qwen3-coder",),
     description="Qwen3-Coder: <tool_call><function=NAME><parameter=K>V</parameter>… XML calls, "
                 "ChatML turns, no reasoning",
     source="Qwen3-Coder-*-Instruct chat_template (as llama.cpp carries it, "
            "models/templates/Qwen3-Coder.jinja)",
-    special_tokens=("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
-                    "<tool_response>", "</tool_response>", "<|endoftext|>"),
-    bos="",
-    system="<|im_start|>system\n{content}<|im_end|>\n",
-    user="<|im_start|>user\n{content}<|im_end|>\n",
-    assistant_prefix="<|im_start|>assistant\n",
-    end_of_turn="<|im_end|>",
     tool_open="<|im_start|>user\n",
     tool_result="<tool_response>\n{content}\n</tool_response>\n",
-    tool_close="<|im_end|>\n",
-    generation_prompt="<|im_start|>assistant\n",
     tools_template="\n\n# Tools\n\nYou have access to the following functions:\n\n<tools>{tools}"
                    "\n</tools>" + _CALL_HELP,
     tools_renderer=render_xml_tools,
-    tools_position="system",
     tools_system="<|im_start|>system\n" + _DEFAULT_SYSTEM + "\n\n{content}<|im_end|>\n",
     tool_calls=_CALLS,
 )
 
-QWEN35 = ChatFormat(
+QWEN35 = replace(
+    QWEN3,
     name="qwen35",
     aliases=("qwen3.5", "qwen3_5"),
     description="Qwen3.5: reasoning opened by the prompt, Qwen3-Coder's XML calls, tools as "
                 "JSON before the system text",
     source="Qwen3.5 chat_template (as llama.cpp carries it, models/templates/Qwen3.5-4B.jinja)",
-    special_tokens=("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
-                    "</tool_call>", "<tool_response>", "</tool_response>", "<|endoftext|>"),
-    bos="",
-    system="<|im_start|>system\n{content}<|im_end|>\n",
-    user="<|im_start|>user\n{content}<|im_end|>\n",
-    assistant_prefix="<|im_start|>assistant\n",
-    end_of_turn="<|im_end|>",
-    tool_open="<|im_start|>user",
-    tool_result="\n<tool_response>\n{content}\n</tool_response>",
-    tool_close="<|im_end|>\n",
-    generation_prompt="<|im_start|>assistant\n",
     tools_template="# Tools\n\nYou have access to the following functions:\n\n<tools>\n{tools}"
                    "\n</tools>" + _CALL_HELP,
     tools_position="system_start",
     reasoning=ReasoningSyntax(begin="<think>\n", end="</think>\n\n", pad="\n",
                               off="<think>\n\n</think>\n\n", opened_by_prompt=True,
                               off_in_history="kept"),
-    reasoning_history="after_last_user",
     trim_content=True,
     tool_calls=_CALLS,
 )
