@@ -7,8 +7,12 @@ import json
 import jsonschema
 import pytest
 
-from kaname.grammar import GrammarCompiler, Guards, JsonSchema
+from kaname.decoding import SamplingParams, decode
+from kaname.formats import FORMATS, TurnRequest, build_grammar, get_format, parse, tools_from_openai
+from kaname.grammar import GrammarCompiler, Guards, JsonSchema, Lark
 from kaname.grammar.guards import apply_guards
+from kaname.runtimes.random_logits import RandomLogitsRuntime
+from kaname.runtimes.synthetic import synthetic_tokenizer
 
 SCHEMA = {
     "type": "object",
@@ -166,3 +170,123 @@ def test_seconds_fraction_of_date_time_strings_is_bounded(gemma, fmt, base):
     assert apply_guards(own, Guards()).schema == own
     long = {"type": "string", "format": fmt, "minLength": 60}
     assert apply_guards(long, Guards()).schema["maxLength"] == 60  # still satisfiable
+
+
+# a query tree, as pydantic writes a recursive model: nothing bounds how deep it nests
+TREE = {"$defs": {"Node": {"type": "object", "properties": {
+    "op": {"enum": ["and", "or", "leaf"]},
+    "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+    "required": ["op"], "additionalProperties": False}}, "$ref": "#/$defs/Node"}
+# mutual recursion through an optional branch: A holds an optional B, B a list of A
+MUTUAL = {"$defs": {
+    "A": {"type": "object", "properties": {"b": {"$ref": "#/$defs/B"}},
+          "additionalProperties": False},
+    "B": {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/$defs/A"}}},
+          "additionalProperties": False}}, "$ref": "#/$defs/A"}
+
+
+def _tree(depth: int) -> dict:
+    return {"op": "leaf"} if depth == 0 else {"op": "and", "children": [_tree(depth - 1),
+                                                                        {"op": "leaf"}]}
+
+
+def _mutual(depth: int) -> dict:
+    return {} if depth == 0 else {"b": {"a": [_mutual(depth - 1)]}}
+
+
+def _accepts(gemma, compiled, value) -> bool:
+    m = compiled.new_matcher()
+    return m.consume_tokens(gemma.tokenizer.tokenize_str(json.dumps(value))) and m.is_accepting()
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4])
+@pytest.mark.parametrize(("schema", "instance", "ref_at"), [
+    (TREE, _tree, ["/$defs/Node/properties/children/items/$ref"]),
+    (MUTUAL, _mutual, ["/$defs/A/properties/b/$ref", "/$defs/B/properties/a/items/$ref"]),
+])
+def test_recursive_refs_are_followed_at_most_max_depth_times(gemma, depth, schema, instance,
+                                                             ref_at):
+    """Up to the cap every nesting the schema allows is accepted, one more is not; what is
+    accepted is valid for the schema as given, and the cap says where it cut."""
+    compiled = GrammarCompiler(gemma.tokenizer, guards=Guards(max_depth=depth)).compile(
+        JsonSchema(schema, strict=True))
+    assert compiled.caps["max_depth"] == {"value": depth, "at": ref_at}
+    validator = jsonschema.Draft202012Validator(schema)
+    for d in range(depth + 3):
+        value = instance(d)
+        assert validator.is_valid(value)
+        # one recursive reference is followed per level (MUTUAL's level is two of them)
+        hops = d if schema is TREE else 2 * d
+        assert _accepts(gemma, compiled, value) is (hops <= depth), (d, value)
+    # without the cap, the schema is compiled as it is (no copies, nothing reported)
+    plain = GrammarCompiler(gemma.tokenizer).compile(JsonSchema(schema, strict=True))
+    assert "max_depth" not in plain.caps and _accepts(gemma, plain, instance(depth + 2))
+
+
+def test_recursion_where_cutting_would_widen_is_left_alone():
+    """Under `not` (or `oneOf`, `if`) a `false` branch would let more through: not unrolled."""
+    schema = {"$defs": {"N": {"type": "object", "properties": {
+        "n": {"oneOf": [{"$ref": "#/$defs/N"}, {"type": "integer"}]}}}}, "$ref": "#/$defs/N"}
+    guarded = apply_guards(schema, Guards(max_depth=2))
+    assert "max_depth" not in guarded.applied
+    assert set(guarded.schema["$defs"]) == {"N"}  # no copies; untyped parts aside
+
+
+def test_untyped_values_nest_at_most_max_depth(gemma):
+    """json_object content and other untyped values: arrays / objects at most max_depth deep
+    below the untyped value (the recursive any-value becomes a chain)."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    compiled = GrammarCompiler(gemma.tokenizer, guards=Guards(max_depth=3)).compile(
+        JsonSchema(schema))
+    assert compiled.caps["untyped_values"]["at"] == ["/additionalProperties"]
+
+    def nested(d: int) -> list | int:
+        return 1 if d == 0 else [nested(d - 1)]
+
+    for d in range(6):
+        # the extra key's value is the untyped one; its arrays nest d deep
+        assert _accepts(gemma, compiled, {"a": 1, "x": nested(d)}) is (d <= 3), d
+    assert _accepts(gemma, compiled, {"a": 1, "x": {"y": {"z": {"w": []}}}})
+    assert not _accepts(gemma, compiled, {"a": 1, "x": {"y": {"z": {"w": [1]}}}})
+
+
+def test_a_recursive_tool_schema_ends_within_budget_with_the_depth_cap():
+    """The query tree as a tool's arguments, in every format, on the random model: without a
+    cap some runs nest until max_tokens; with max_depth (and max_array_items, for breadth)
+    every run ends, and every call is valid for the schema as given."""
+    params = {"type": "object", "properties": {"where": {"$ref": "#/$defs/Node"}},
+              "required": ["where"], "additionalProperties": False, "$defs": TREE["$defs"]}
+    tools = tools_from_openai([{"type": "function", "function": {
+        "name": "query", "strict": True, "parameters": params}}])
+    validator = jsonschema.Draft202012Validator(params)
+
+    def depth(node: dict) -> int:
+        return 1 + max((depth(c) for c in node.get("children", [])), default=0)
+
+    # harmony's preamble is free text, which no JSON guard bounds: left out
+    names = [n for n, f in sorted(FORMATS.items())
+             if f.tool_calls is not None and not f.tool_calls.preamble_begin]
+    cut = {}
+    for guards in (Guards(), Guards(max_depth=3, max_array_items=3)):
+        cut[guards.max_depth] = 0
+        for name in names:
+            fmt = get_format(name)
+            tok, eos = synthetic_tokenizer(fmt.special_tokens)
+            compiler = GrammarCompiler(tok, guards=guards)
+            req = TurnRequest(tools=tools, tool_choice="query", opening="")
+            compiled = compiler.compile(Lark(build_grammar(fmt, req, tok, compiler=compiler,
+                                                           guards=guards)))
+            runtime = RandomLogitsRuntime(tok, eos_token_ids=eos)
+            for seed in range(15):
+                runtime.seed = seed
+                d = decode(runtime, [0], compiled.new_matcher(),
+                           SamplingParams(temperature=1.0, seed=seed), max_tokens=300)
+                if d.finish_reason != "stop":
+                    cut[guards.max_depth] += 1
+                    continue
+                (call,) = parse(fmt, d.text, tools=tools).tool_calls
+                args = json.loads(call.arguments)
+                assert validator.is_valid(args), (name, args)
+                if guards.max_depth is not None:
+                    assert depth(args["where"]) <= 1 + guards.max_depth, (name, args)
+    assert cut[None] > 0 and cut[3] == 0, cut

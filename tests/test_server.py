@@ -515,11 +515,42 @@ def test_request_sets_its_own_guards(client):
 
 def test_server_guard_defaults_from_the_command_line():
     with ServerProcess("--model", "random", "--format", "qwen3", "--max-string-length", "3",
-                       "--max-integer-digits", "off") as s:
+                       "--max-integer-digits", "off", "--max-depth", "4") as s:
         c = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0)
         kaname = _note(c, seed=1).model_extra["kaname"]
         assert kaname["guards"]["max_string_length"] == 3
         assert kaname["guards"]["max_integer_digits"] is None
+        assert kaname["guards"]["max_depth"] == 4
+
+
+def test_a_request_caps_the_depth_of_a_recursive_schema(client):
+    """kaname.guards.max_depth: a recursive $ref is followed at most that many times."""
+    node = {"type": "object", "properties": {
+        "op": {"enum": ["and", "or", "leaf"]},
+        "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+        "required": ["op"], "additionalProperties": False}
+    schema = {"$defs": {"Node": node}, "$ref": "#/$defs/Node"}
+
+    def depth(n: dict) -> int:
+        return 1 + max((depth(c) for c in n.get("children", [])), default=0)
+
+    ended = 0
+    for seed in range(6):
+        r = client.chat.completions.create(
+            model="random", messages=[{"role": "user", "content": "a tree"}], max_tokens=300,
+            seed=seed, response_format={"type": "json_schema", "json_schema": {
+                "name": "tree", "schema": schema, "strict": True}},
+            extra_body={"kaname": {"guards": {"max_depth": 2, "max_array_items": 2}}})
+        assert r.model_extra["kaname"]["guards"]["max_depth"] == 2
+        if r.choices[0].finish_reason == "stop":
+            ended += 1
+            assert depth(json.loads(r.choices[0].message.content)) <= 3
+    assert ended == 6
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="random", messages=[{"role": "user", "content": "a tree"}], max_tokens=8,
+            extra_body={"kaname": {"guards": {"max_depth": 0}}})
+    assert "max_depth" in e.value.body["param"]
 
 
 def test_cut_off_content_is_judged_alike_streamed_or_not(client):

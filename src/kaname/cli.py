@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from .errors import ConstraintError, KanameError
 
 _GUARD_OPTIONS = ("max_integer_digits", "max_fraction_digits", "max_string_length",
-                  "max_array_items")
+                  "max_array_items", "max_depth")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -455,11 +455,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests waiting beyond those; more are answered 429")
     s.add_argument("--request-timeout", type=float, default=300.0, help="seconds (504 after)")
     s.add_argument("--max-tokens-limit", type=int, default=8192)
-    # defaults are Guards()'s (15, 8, off, off), read when serving: the parser imports nothing
+    # defaults are Guards()'s (15, 8, off, off, off), read when serving: the parser imports
+    # nothing
     for name, what in (("max-integer-digits", "digits of numbers without bounds"),
                        ("max-fraction-digits", "decimals of numbers without multipleOf"),
                        ("max-string-length", "maxLength of strings without one"),
-                       ("max-array-items", "maxItems of arrays without one")):
+                       ("max-array-items", "maxItems of arrays without one"),
+                       ("max-depth", "times a recursive $ref is followed, and arrays / objects "
+                                     "an untyped value nests")):
         s.add_argument(f"--{name}", type=_guard_value, default=argparse.SUPPRESS,
                        metavar="N|off", help=f"runaway guard: {what} (a request may set its "
                                              "own in kaname.guards)")

@@ -45,6 +45,11 @@ class Guards:
         `format` and `pattern` strings, and a cap below their shortest match leaves no output.
     max_array_items: maxItems for arrays without maxItems (off by default; never below the
         array's minItems or its prefixItems).
+    max_depth: nesting depth of what has no depth of its own (off by default): a recursive
+        `$ref` is followed at most this many times (the definitions unrolled, the last level
+        without the recursive branch), and an untyped value nests at most this many arrays /
+        objects. Schemas whose recursion runs under `not` / `if` / `oneOf`, or through `#`,
+        are left alone (cutting there could widen them).
     """
 
     separators: tuple[str, str] | None = (", ", ": ")
@@ -54,11 +59,12 @@ class Guards:
     max_fraction_digits: int | None = 8
     max_string_length: int | None = None
     max_array_items: int | None = None
+    max_depth: int | None = None
 
     def key(self) -> tuple[object, ...]:
         return (self.separators, self.max_whitespace, self.separator_space,
-                self.max_integer_digits,
-                self.max_fraction_digits, self.max_string_length, self.max_array_items)
+                self.max_integer_digits, self.max_fraction_digits, self.max_string_length,
+                self.max_array_items, self.max_depth)
 
 
 @dataclass
@@ -92,6 +98,24 @@ def _any_value(ref: dict[str, str]) -> dict[str, Any]:
                       {"type": "object", "additionalProperties": dict(ref)}]}
 
 
+def _any_values(defs: str, depth: int | None) -> dict[str, Any]:
+    """The any-value's definitions: one recursive value, or with a depth cap a chain of them,
+    each level's arrays and objects holding the next, the last level's empty."""
+    ref = {"$ref": f"#/{defs}/{ANY_VALUE_NAME}"}
+    if depth is None:
+        return {ANY_VALUE_NAME: _any_value(ref)}
+    names = [ANY_VALUE_NAME, *(f"{ANY_VALUE_NAME}@{k}" for k in range(1, depth + 1))]
+    out = {}
+    for k, name in enumerate(names):
+        if k < depth:
+            out[name] = _any_value({"$ref": f"#/{defs}/{names[k + 1]}"})
+        else:
+            out[name] = {"anyOf": [{"type": "null"}, {"type": "boolean"}, {"type": "number"},
+                                   {"type": "string"}, {"type": "array", "maxItems": 0},
+                                   {"type": "object", "additionalProperties": False}]}
+    return out
+
+
 def _defs_key(root: dict[str, Any]) -> str:
     """Where definitions live in this schema's dialect: llguidance resolves `#/$defs/...` in
     a draft 4-7 schema only if it is written as `definitions`."""
@@ -111,7 +135,9 @@ def apply_guards(schema: Any, guards: Guards) -> GuardedSchema:
         out = {}
     if not isinstance(out, dict):
         return GuardedSchema(out, applied)
-    untyped = _type_untyped_values(out) if _bounds_values(guards) else []
+    if guards.max_depth is not None:
+        _unroll_recursion(out, guards.max_depth, applied)
+    untyped = _type_untyped_values(out, guards.max_depth) if _bounds_values(guards) else []
     if untyped:
         applied["untyped_values"] = {"at": untyped}
     for pointer, s in subschemas(out, skip=_NO_REWRITE):
@@ -161,10 +187,11 @@ def _intersects(s: dict[str, Any]) -> bool:
 
 def _bounds_values(guards: Guards) -> bool:
     return any(v is not None for v in (guards.max_integer_digits, guards.max_fraction_digits,
-                                       guards.max_string_length, guards.max_array_items))
+                                       guards.max_string_length, guards.max_array_items,
+                                       guards.max_depth))
 
 
-def _type_untyped_values(root: dict[str, Any]) -> list[str]:
+def _type_untyped_values(root: dict[str, Any], depth: int | None = None) -> list[str]:
     """Make every value `root` leaves untyped a bounded any-value (`_any_value`), so that the
     guards reach it (seen on Gemma: an instructor schema without additionalProperties false, a
     "price" key the model added, and a 144-digit integer under it). The any-value accepts
@@ -214,7 +241,7 @@ def _type_untyped_values(root: dict[str, Any]) -> list[str]:
         root["$ref"] = ref["$ref"]
         at.append("/")
     if at:
-        root.setdefault(defs, {})[ANY_VALUE_NAME] = _any_value(ref)
+        root.setdefault(defs, {}).update(_any_values(defs, depth))
     return at
 
 
@@ -322,3 +349,111 @@ def _resolve(schema: Any, pointer: str) -> Any:
         key = part.replace("~1", "/").replace("~0", "~")
         node = node[int(key)] if isinstance(node, list) else node[key]
     return node
+
+
+def _unroll_recursion(root: dict[str, Any], depth: int, applied: dict[str, Any]) -> None:
+    """Follow each recursive `$ref` at most `depth` times: every definition on a cycle gets
+    `depth` copies (`NAME@1` ... `NAME@depth`), each level's recursive references point at the
+    next level, and the last level's are `false` (the branch that would nest deeper is gone:
+    an optional child, an empty list, the other `anyOf` branch). A narrowing, reported as
+    `max_depth` at the recursive references."""
+    refs = _local_refs(root)
+    if not refs:
+        return
+    graph: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for (_, owner, target) in refs:
+        if owner is not None:
+            graph.setdefault(owner, set()).add(target)
+    cyclic = {n for n in graph if _reaches(graph, n, n)}
+    if not cyclic:
+        return
+    # where cutting is not a narrowing, or a reference reaches the root: leave it whole
+    guarded = {p for p, _, _ in _local_refs(root, skip=_NO_REWRITE)}
+    if any(t in cyclic and p not in guarded for p, _, t in refs) or any(
+            isinstance(s.get("$ref"), str) and s["$ref"] in ("#", "#/")
+            for _, s in subschemas(root)):
+        return
+    at = [p for p, owner, target in refs if owner in cyclic and target in cyclic]
+
+    def level_name(node: tuple[str, str], k: int) -> tuple[str, str]:
+        return (node[0], node[1] if k == 0 else f"{node[1]}@{k}")
+
+    originals = {n: copy.deepcopy(root[n[0]][n[1]]) for n in cyclic}
+    for k in range(depth + 1):
+        for n in cyclic:
+            body = root[n[0]][n[1]] if k == 0 else copy.deepcopy(originals[n])
+            body = _retarget(body, cyclic, k, depth, level_name)
+            key, name = level_name(n, k)
+            root[key][name] = body
+    applied["max_depth"] = {"value": depth, "at": at}
+
+
+def _local_refs(root: dict[str, Any], skip: frozenset[str] = frozenset()
+                ) -> list[tuple[str, tuple[str, str] | None, tuple[str, str]]]:
+    """(pointer of the `$ref`, the definition it sits in or None, the definition it names)
+    for every `$ref` to `#/$defs/NAME` or `#/definitions/NAME`."""
+    out = []
+    for pointer, s in subschemas(root, skip=skip):
+        target = _def_of(root, s.get("$ref"))
+        if target is None:
+            continue
+        parts = pointer.split("/")
+        owner = (parts[1], parts[2].replace("~1", "/").replace("~0", "~")) \
+            if len(parts) > 2 and parts[1] in ("$defs", "definitions") else None
+        out.append((f"{pointer}/$ref", owner, target))
+    return out
+
+
+def _def_of(root: dict[str, Any], ref: Any) -> tuple[str, str] | None:
+    if not isinstance(ref, str):
+        return None
+    for key in ("$defs", "definitions"):
+        prefix = f"#/{key}/"
+        if ref.startswith(prefix) and isinstance(root.get(key), dict):
+            name = ref[len(prefix):].replace("~1", "/").replace("~0", "~")
+            if "/" not in ref[len(prefix):] and name in root[key]:
+                return key, name
+    return None
+
+
+def _reaches(graph: dict[Any, set[Any]], start: Any, goal: Any) -> bool:
+    seen: set[Any] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        n = todo.pop()
+        if n == goal:
+            return True
+        if n not in seen:
+            seen.add(n)
+            todo += graph.get(n, ())
+    return False
+
+
+def _retarget(node: Any, cyclic: set[tuple[str, str]], k: int, depth: int,
+              level_name: Any) -> Any:
+    """`node` with its references to definitions on a cycle pointing one level deeper, or,
+    at the last level, with each such reference (the subschema holding it) `false`."""
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        parts = ref[2:].split("/")
+        if len(parts) == 2:
+            target = (parts[0], parts[1].replace("~1", "/").replace("~0", "~"))
+            if target in cyclic:
+                if k == depth:
+                    return False
+                key, name = level_name(target, k + 1)
+                node = {**node, "$ref": f"#/{key}/{escape(name)}"}
+    out = dict(node)
+    for key, value in node.items():
+        if key in ("properties", "patternProperties", "dependentSchemas") \
+                and isinstance(value, dict):
+            out[key] = {n: _retarget(v, cyclic, k, depth, level_name) for n, v in value.items()}
+        elif key in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(value, list):
+            out[key] = [_retarget(v, cyclic, k, depth, level_name) for v in value]
+        elif key in ("items", "additionalProperties", "additionalItems", "contains",
+                     "then", "else", "unevaluatedProperties", "unevaluatedItems"):
+            out[key] = [_retarget(v, cyclic, k, depth, level_name) for v in value] \
+                if isinstance(value, list) else _retarget(value, cyclic, k, depth, level_name)
+    return out

@@ -198,6 +198,7 @@ class GuardsIn(_Loose):
     max_fraction_digits: int | None = Field(default=None, ge=0, le=300)
     max_string_length: int | None = Field(default=None, ge=1)
     max_array_items: int | None = Field(default=None, ge=1)
+    max_depth: int | None = Field(default=None, ge=1, le=32)
 
     @field_validator("separators")
     @classmethod
