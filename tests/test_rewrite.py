@@ -590,6 +590,50 @@ def test_contains_that_stays_refused(compiler, schema, why):
     assert f"not rewritten: {why}" in str(e.value)
 
 
+# --- 7. propertyNames ------------------------------------------------------------------------
+
+NAMES_ENUM = {"type": "object", "properties": {"a": {"type": "integer"}, "zz": {}},
+              "additionalProperties": {"type": "string"},
+              "propertyNames": {"enum": ["a", "b", "zz"], "maxLength": 1}}
+NAMES_PATTERN = {"type": "object", "properties": {"a": {"type": "integer"}, "B": {}},
+                 "required": ["a"], "propertyNames": {"pattern": "^[a-z]+$"}}
+NAMES_LENGTH = {"properties": {"a": {"type": "integer"}, "yyy": {"type": "string"}},
+                "propertyNames": {"type": "string", "maxLength": 2}}  # non-objects pass
+NAMES_NONE = {"type": "object", "propertyNames": False}
+
+
+@pytest.mark.parametrize("schema", [NAMES_ENUM, NAMES_PATTERN, NAMES_LENGTH, NAMES_NONE])
+def test_property_names_are_the_keys_allowed(gemma, compiler, schema):
+    was_refused(gemma, schema, "propertyNames")
+    c = compiler.compile(JsonSchema(schema))
+    keys = [*schema.get("properties", {}), "b", "B", "yyy", "x1"]
+
+    seen: set[bool] = set()
+    @EXAMPLES
+    @given(st.one_of(objects(keys), VALUES))
+    def check(value):
+        exact(gemma, c, schema, value, seen)
+
+    check()
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize("names, why", [
+    ({"pattern": "^a", "maxLength": 3}, "only enum / const, or a pattern or length bounds"),
+    ({"format": "email"}, "only enum / const, or a pattern or length bounds"),
+])
+def test_property_names_that_stay_refused(compiler, names, why):
+    with pytest.raises(UnsupportedSchemaError) as e:
+        compiler.compile(JsonSchema({"type": "object", "propertyNames": names}))
+    assert (e.value.keyword, e.value.pointer) == ("propertyNames", "/propertyNames")
+    assert f"not rewritten: {why}" in str(e.value)
+    beside = {"type": "object", "additionalProperties": {"type": "integer"},
+              "propertyNames": {"pattern": "^a"}}
+    with pytest.raises(UnsupportedSchemaError) as e:
+        compiler.compile(JsonSchema(beside))
+    assert "a pattern beside an additionalProperties schema" in str(e.value)
+
+
 # --- the user's schema, lenient compiles, the chat path --------------------------------------
 
 ALL = [(DECIMALS, Guards()), ({"type": "string", "format": "byte"}, Guards()),
@@ -677,7 +721,8 @@ GENERATED = [
     (DRAFT7_DEPENDENCIES, NO_NUMBER_CAPS), (UNIQUE_ENUM, Guards()), (UNIQUE_BOUNDED, Guards()),
     (UNIQUE_BOOLEANS, Guards()), (CONTAINS, Guards()), (MIN_CONTAINS, Guards()),
     (CONTAINS_DRAFT7, Guards()), (CONTAINS_2019, Guards()), (DEPENDENCIES_AND_PATTERNS, Guards()),
-    (UNIQUE_MIXED, Guards()),
+    (UNIQUE_MIXED, Guards()), (NAMES_ENUM, Guards()), (NAMES_PATTERN, Guards()),
+    (NAMES_LENGTH, Guards(max_string_length=8)),
     ({"type": "object", "properties": {"blob": {"type": "string", "format": "byte"},
                                        "ptr": {"type": "string", "format": "json-pointer"},
                                        "tpl": {"type": "string", "format": "uri-template"}},

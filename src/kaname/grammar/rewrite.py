@@ -16,7 +16,9 @@ instances) in which some keywords `%json` refuses are replaced by ones it compil
 - `uniqueItems: true` over a tiny finite item domain becomes an `enum` of the duplicate-free
   arrays;
 - `contains` (with `minContains`) on arrays with a small `maxItems` becomes an `anyOf` over
-  the positions of the matches.
+  the positions of the matches;
+- `propertyNames` with a finite set of names (`enum` / `const` / `false`), a `pattern` or
+  length bounds becomes properties / patternProperties with `additionalProperties: false`.
 
 Each rewrite is a function whose docstring says why it is exact. A keyword whose rewrite
 does not apply (too many alternatives, an unbounded domain, a dialect that does not define it)
@@ -40,6 +42,7 @@ from typing import Any
 
 import jsonschema
 
+from .guards import ANY_VALUE_NAME
 from .schema_walk import escape, subschemas
 
 # Above these the rewrite is not made and the keyword stays refused.
@@ -131,6 +134,7 @@ def rewrite_schema(schema: Any) -> Rewritten:
         _dependencies(s, pointer, ctx)
         _contains(s, pointer, ctx)  # before uniqueItems, which refuses next to contains
         _unique_items(s, pointer, ctx)
+        _property_names(s, pointer, ctx)
     return result
 
 
@@ -508,3 +512,95 @@ def _contains(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
                   for i in range(positions[-1] + 1)]
         branches.append({"minItems": positions[-1] + 1, tuple_keyword: prefix})
     _add_for_arrays(s, {"anyOf": branches} if branches else False)
+
+
+# --- 7. propertyNames as the keys an object may have ----------------------------------------
+
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
+                          "deprecated", "readOnly", "writeOnly"})
+_NAME_BOUNDS = frozenset({"type", "pattern", "minLength", "maxLength"})
+
+
+def _property_names(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`propertyNames: S` -> the keys S allows, said with `properties`, `patternProperties`
+    and `additionalProperties: false`.
+
+    Exact: propertyNames, properties and additionalProperties all apply to objects only, and
+    a key's value was validated by its property schema, or else by additionalProperties; both
+    stay so for every key S allows, and a key S refuses cannot be present. Where S allows a
+    finite set of names (`enum` / `const` filtered by the rest of S with the post-check's
+    validator, or `false`): declared properties outside it become `false`, names of the set
+    not declared become properties with additionalProperties' schema, and additionalProperties
+    becomes false. Where S is a `pattern` or length bounds (and `type: string`), with
+    additionalProperties true or absent: patternProperties `{P: {}}` (a search, as `pattern`
+    is; the bounds as `^[\\s\\S]{min,max}$`; the guards' any-value stays the value schema
+    there), additionalProperties false, and the declared
+    properties whose name S refuses become `false`. Left as it is (refused): anything else in
+    S, patternProperties or unevaluatedProperties beside it, a `$ref` into it, a dialect
+    without the keyword."""
+    if "propertyNames" not in s or not ctx.knows("propertyNames") \
+            or ctx.referenced(pointer, "propertyNames"):
+        return
+    names_schema = s["propertyNames"]
+    if "patternProperties" in s or "unevaluatedProperties" in s:
+        ctx.refuse(pointer, "propertyNames", "patternProperties or unevaluatedProperties "
+                                             "beside it")
+        return
+    props = s.get("properties", {})
+    if not isinstance(props, dict) or not isinstance(names_schema, bool | dict):
+        return
+    check = ctx.dialect(names_schema)
+    rest = set(names_schema) - _ANNOTATIONS if isinstance(names_schema, dict) else set()
+    if names_schema is True or (isinstance(names_schema, dict) and not rest):
+        del s["propertyNames"]
+        ctx.applied("propertyNames that allows every name", f"{pointer}/propertyNames")
+        return
+    kept = {k: (v if check.is_valid(k) else False) for k, v in props.items()}
+    if names_schema is False or "enum" in rest or "const" in rest:
+        values = [] if names_schema is False else names_schema.get(
+            "enum", [names_schema.get("const")])
+        if not isinstance(values, list):
+            return
+        names = [n for n in dict.fromkeys(v for v in values if isinstance(v, str))
+                 if check.is_valid(n)]
+        extra = s.get("additionalProperties", True)
+        s["properties"] = {**kept, **{n: copy.deepcopy(extra) for n in names if n not in kept}}
+    else:
+        pattern = _names_pattern(names_schema, rest)
+        if pattern is None:
+            ctx.refuse(pointer, "propertyNames", "only enum / const, or a pattern or length "
+                                                 "bounds, are rewritten")
+            return
+        extra = s.get("additionalProperties", True)
+        if extra not in (True, {}) and not _any_value(extra):
+            ctx.refuse(pointer, "propertyNames", "a pattern beside an additionalProperties "
+                                                 "schema")
+            return
+        if kept:
+            s["properties"] = kept
+        # the guards' bounded any-value (they run first) accepts every value, as true does
+        s["patternProperties"] = {pattern: {} if extra is True else extra}
+    s["additionalProperties"] = False
+    del s["propertyNames"]
+    ctx.applied("propertyNames as the keys allowed", f"{pointer}/propertyNames")
+
+
+def _any_value(schema: Any) -> bool:
+    """Whether `schema` is the guards' any-value (every JSON value, numbers bounded)."""
+    return isinstance(schema, dict) and set(schema) == {"$ref"} and schema["$ref"] in (
+        f"#/$defs/{ANY_VALUE_NAME}", f"#/definitions/{ANY_VALUE_NAME}")
+
+
+def _names_pattern(names_schema: dict[str, Any], rest: set[str]) -> str | None:
+    """One pattern for a pattern, or for length bounds; None for anything else."""
+    if rest - _NAME_BOUNDS or names_schema.get("type", "string") != "string":
+        return None
+    pattern = names_schema.get("pattern")
+    low, high = names_schema.get("minLength"), names_schema.get("maxLength")
+    if pattern is not None:
+        return pattern if isinstance(pattern, str) and low is None and high is None else None
+    low = _count(low) if low is not None else 0
+    high = _count(high) if high is not None else None
+    if low is None or (high is None and names_schema.get("maxLength") is not None):
+        return None
+    return f"^[\\s\\S]{{{low},{'' if high is None else high}}}$"
