@@ -4,9 +4,9 @@ After the generation prompt "<|im_start|>assistant\\n" the model writes its cont
 "\\n\\n" where there is content) each call as "<tool_call>\\n<function=NAME>\\n" + one
 "<parameter=K>\\nV\\n</parameter>\\n" per argument + "</function>\\n</tool_call>", calls separated
 by "\\n", then "<|im_end|>". A string value is written raw, any other as JSON (`keyed.py`); the
-templates write non-string scalars through Jinja's `string` filter, which spells booleans and
-null the Python way ("True", "None"): kaname reads and writes JSON's, as vLLM's qwen3_coder
-parser reads both.
+templates write non-string scalars through Jinja's `string` filter, which spells booleans the
+Python way: for a boolean property the grammar takes "True" / "False" as well as JSON's, read
+as JSON booleans (as vLLM's qwen3_coder parser reads them); history is written in JSON's.
 
 Qwen3-Coder (Qwen3-Coder-*-Instruct chat_template) does not reason; its tools are listed as XML
 in the system turn, after a default system prompt of its own when there is none. Qwen3.5 lists
