@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from streaming import streamed
 
 from kaname.errors import FormatParseError
 from kaname.formats import (
-    StreamParser,
     TurnRequest,
     build_grammar,
     get_format,
-    merge_deltas,
     parse,
     render_prompt,
     tools_from_openai,
@@ -113,8 +112,5 @@ def test_the_grammar_takes_the_templates_turn_and_the_parser_reads_it(f):
     assert (turn.reasoning_content, turn.content,
             [(c.name, json.loads(c.arguments)) for c in turn.tool_calls]) == expected
     for size in (1, 3, 8):  # streamed in chunks, the deltas add up to the same message
-        parser = StreamParser(fmt, tools=TOOLS)
-        deltas = [d for i in range(0, len(text), size) for d in parser.feed(text[i:i + size])]
-        _, rest = parser.finish()
-        msg = merge_deltas(deltas + rest)
+        msg = streamed(fmt, text, size, TOOLS)
         assert (msg["reasoning_content"], msg["content"], _read(msg["tool_calls"])) == expected

@@ -8,15 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from streaming import streamed
 
 from kaname.errors import FormatParseError
 from kaname.formats import (
     FORMATS,
-    StreamParser,
     TurnRequest,
     build_grammar,
     get_format,
-    merge_deltas,
     parse,
     tools_from_openai,
 )
@@ -63,10 +62,7 @@ def test_markers_without_their_whitespace_are_read(name, text, expected):
     assert (turn.reasoning_content, turn.content,
             [(c.name, json.loads(c.arguments)) for c in turn.tool_calls]) == expected
     for size in (1, 2, 5):  # streamed in chunks, the deltas add up to the same turn
-        parser = StreamParser(fmt)
-        deltas = [d for i in range(0, len(text), size) for d in parser.feed(text[i:i + size])]
-        _, rest = parser.finish()
-        msg = merge_deltas(deltas + rest)
+        msg = streamed(fmt, text, size)
         assert (msg["reasoning_content"], msg["content"]) == expected[:2]
         assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
                 for c in msg["tool_calls"]] == expected[2]

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from streaming import streamed
 
 from kaname.errors import FormatParseError
 from kaname.formats import (
-    StreamParser,
     TurnRequest,
     build_grammar,
     get_format,
-    merge_deltas,
     parse,
     render_assistant,
     tools_from_openai,
@@ -70,9 +69,7 @@ def test_python_booleans_are_read_as_json(name):
     # streamed, "True" is not sent as arguments text before it is read
     fmt = get_format(name)
     text = fmt.opening("off") + _call(("cmd", "ls"), ("force", "True"))
-    parser = StreamParser(fmt, tools=TOOLS)
-    deltas = [d for ch in text for d in parser.feed(ch)]
-    msg = merge_deltas(deltas + parser.finish()[1])
+    msg = streamed(fmt, text, 1, TOOLS)
     assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"cmd": "ls",
                                                                          "force": True}
 

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from streaming import streamed
 
 from kaname.errors import FormatParseError
-from kaname.formats import StreamParser, get_format, merge_deltas, parse, tools_from_openai
+from kaname.formats import get_format, parse, tools_from_openai
 
 VARIANTS = json.loads((Path(__file__).parent / "data" / "parser_variants.json").read_text())
 
@@ -23,12 +24,6 @@ def _id(v: dict[str, Any]) -> str:
 
 def _tools(v: dict[str, Any]) -> Any:
     return tools_from_openai(v["tools"]) if v.get("tools") else None
-
-
-def _stream(fmt: Any, text: str, tools: Any, size: int) -> dict[str, Any]:
-    parser = StreamParser(fmt, tools=tools)
-    deltas = [d for i in range(0, len(text), size) for d in parser.feed(text[i:i + size])]
-    return merge_deltas(deltas + parser.finish()[1])
 
 
 def test_the_variants_cover_the_formats_peers_test():
@@ -45,7 +40,7 @@ def test_a_variant_is_read_as_vllm_reads_it(v):
     assert (turn.reasoning_content, turn.content) == (want["reasoning_content"], want["content"])
     assert [(c.name, json.loads(c.arguments)) for c in turn.tool_calls] == calls
     for size in (1, 4, 16):
-        msg = _stream(fmt, v["text"], tools, size)
+        msg = streamed(fmt, v["text"], size, tools)
         assert (msg["reasoning_content"], msg["content"]) == (want["reasoning_content"],
                                                               want["content"])
         assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
@@ -59,4 +54,4 @@ def test_a_variant_kaname_does_not_take_raises(v):
         parse(fmt, v["text"], tools=tools)
     assert str(e.value).startswith(v["refused"])
     with pytest.raises(FormatParseError):
-        _stream(fmt, v["text"], tools, 3)
+        streamed(fmt, v["text"], 3, tools)
