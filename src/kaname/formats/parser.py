@@ -132,6 +132,14 @@ def _core(marker: str) -> str:
     return _split(marker)[1]
 
 
+def _prefix_there(text: str, ws: str, at: int) -> int:
+    """Length of the longest prefix of `ws` that `text` has at `at`."""
+    k = len(ws)
+    while k and not text.startswith(ws[:k], at):
+        k -= 1
+    return k
+
+
 def _held(text: str, markers: list[str]) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of a marker."""
     best = 0
@@ -199,10 +207,7 @@ class _Scan:
 
     def skip(self, ws: str) -> None:
         """Consume the longest prefix of the whitespace `ws` that is there."""
-        k = len(ws)
-        while k and not self.text.startswith(ws[:k], self.pos):
-            k -= 1
-        self.pos += k
+        self.pos += _prefix_there(self.text, ws, self.pos)
 
     def find(self, marker: str, start: int) -> tuple[int, int]:
         """Where `marker` (its edge whitespace optional) next occurs from `start`: the start
@@ -218,10 +223,7 @@ class _Scan:
         body_end = at - len(lead) if lead and self.text.startswith(lead, at - len(lead)) \
             and at - len(lead) >= start else at
         end = at + len(core)
-        k = len(trail)
-        while k and not self.text.startswith(trail[:k], end):
-            k -= 1
-        return body_end, end + k
+        return body_end, end + _prefix_there(self.text, trail, end)
 
     def expect_end(self, markers: Sequence[str]) -> None:
         """Consume one of the end-of-turn markers; nothing may follow it."""
