@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .schema_walk import escape, subschemas
+from .schema_walk import escape, map_subschemas, subschemas
 
 # Narrowing inside these would widen the whole schema (`not`), or change which branch
 # matches (`oneOf`, `if`), so they are left alone.
@@ -382,7 +382,7 @@ def _unroll_recursion(root: dict[str, Any], depth: int, applied: dict[str, Any])
     for k in range(depth + 1):
         for n in cyclic:
             body = root[n[0]][n[1]] if k == 0 else copy.deepcopy(originals[n])
-            body = _retarget(body, cyclic, k, depth, level_name)
+            body = _retarget(root, body, cyclic, k, depth, level_name)
             key, name = level_name(n, k)
             root[key][name] = body
     applied["max_depth"] = {"value": depth, "at": at}
@@ -429,31 +429,16 @@ def _reaches(graph: dict[Any, set[Any]], start: Any, goal: Any) -> bool:
     return False
 
 
-def _retarget(node: Any, cyclic: set[tuple[str, str]], k: int, depth: int,
-              level_name: Any) -> Any:
+def _retarget(root: dict[str, Any], node: Any, cyclic: set[tuple[str, str]], k: int,
+              depth: int, level_name: Any) -> Any:
     """`node` with its references to definitions on a cycle pointing one level deeper, or,
     at the last level, with each such reference (the subschema holding it) `false`."""
     if not isinstance(node, dict):
         return node
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        parts = ref[2:].split("/")
-        if len(parts) == 2:
-            target = (parts[0], parts[1].replace("~1", "/").replace("~0", "~"))
-            if target in cyclic:
-                if k == depth:
-                    return False
-                key, name = level_name(target, k + 1)
-                node = {**node, "$ref": f"#/{key}/{escape(name)}"}
-    out = dict(node)
-    for key, value in node.items():
-        if key in ("properties", "patternProperties", "dependentSchemas") \
-                and isinstance(value, dict):
-            out[key] = {n: _retarget(v, cyclic, k, depth, level_name) for n, v in value.items()}
-        elif key in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(value, list):
-            out[key] = [_retarget(v, cyclic, k, depth, level_name) for v in value]
-        elif key in ("items", "additionalProperties", "additionalItems", "contains",
-                     "then", "else", "unevaluatedProperties", "unevaluatedItems"):
-            out[key] = [_retarget(v, cyclic, k, depth, level_name) for v in value] \
-                if isinstance(value, list) else _retarget(value, cyclic, k, depth, level_name)
-    return out
+    target = _def_of(root, node.get("$ref"))
+    if target in cyclic:
+        if k == depth:
+            return False
+        key, name = level_name(target, k + 1)
+        node = {**node, "$ref": f"#/{key}/{escape(name)}"}
+    return map_subschemas(node, lambda s: _retarget(root, s, cyclic, k, depth, level_name))

@@ -7,7 +7,7 @@ positions that hold a schema are visited.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # keyword -> how its value holds subschemas
@@ -48,6 +48,23 @@ def subschemas(
         elif key == "dependencies" and isinstance(value, dict):
             for name, item in value.items():
                 yield from subschemas(item, f"{child}/{escape(name)}", skip=skip)
+
+
+def map_subschemas(schema: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """A copy of `schema` with every subschema directly inside it replaced by `fn` of it
+    (the positions `subschemas` visits, booleans included)."""
+    out = dict(schema)
+    for key, value in schema.items():
+        if key in _ONE and isinstance(value, dict | bool):
+            out[key] = fn(value)
+        elif key in _LIST and isinstance(value, list):
+            out[key] = [fn(item) for item in value]
+        elif key in _MAP and isinstance(value, dict):
+            out[key] = {name: fn(item) for name, item in value.items()}
+        elif key == "dependencies" and isinstance(value, dict):
+            out[key] = {name: fn(item) if isinstance(item, dict | bool) else item
+                        for name, item in value.items()}
+    return out
 
 
 def keyword_pointers(schema: Any, keyword: str) -> list[str]:
