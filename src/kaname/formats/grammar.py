@@ -285,8 +285,8 @@ def _custom_call(b: _Builder, s: ToolCallSyntax, tool: Tool, at: str) -> str:
     comma = b.guards.separators[0] if b.guards.separators else ", "
     per_key = s.layout == "per_key"
     if isinstance(tool.grammar, Text):
-        value = b.until(s.value_end, exclude=[s.value_end.strip(), *_value_avoids(s)]) \
-            if per_key else None
+        # in per-key syntax: raw text, as a string argument's (`_keyed_value` with any text)
+        value = _raw_text(b, s.value_end, [], avoid=_value_avoids(s)) if per_key else None
     else:
         assert tool.grammar is not None  # a custom tool
         lark = tool.grammar.grammar if isinstance(tool.grammar, Lark) \
