@@ -254,7 +254,7 @@ def _data(path: Path) -> Path:
          "tests": [{"description": "ok", "valid": True, "data": [1.5, -2]},
                    {"description": "long", "valid": False, "data": [1, 2, 3]},
                    {"description": "str", "valid": False, "data": ["1"]}]},
-        {"id": "not", "subset": "beta", "schema": {"not": {"type": "string"}},
+        {"id": "not", "subset": "beta", "schema": {"not": {"pattern": "^a"}},
          "tests": [{"description": "ok", "valid": True, "data": 1}]},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -287,7 +287,7 @@ def test_cli_smoke_json_shape_and_unavailable_engine(tmp_path):
     k = out["engines"]["kaname"]
     assert k["status"] == "ok"
     assert k["invalid_accepted"] == 0
-    assert k["schemas"] == 4 and k["compiled"] == 3  # `not` is refused under strict
+    assert k["schemas"] == 4 and k["compiled"] == 3  # this `not` (a pattern) is refused under strict
     assert k["passing"] == 3 and k["valid_rejected"] == 0
     assert k["mask_us_p50"] > 0 and k["mask_us_p99"] >= k["mask_us_p50"]
     x = out["engines"]["xgrammar"]
@@ -308,3 +308,76 @@ def test_cli_rejects_unknown_engine(tmp_path):
     r = _kaname(["--data", str(data), "--engines", "kaname,nosuch"], tmp_path)
     assert r.returncode == 2
     assert "nosuch" in r.stderr and r.stderr.count("\n") == 1
+
+
+# --- the JSON-Schema-Test-Suite reader (schema_suite.py) -------------------------------------
+
+
+def _suite(root: Path) -> Path:
+    """A two-draft miniature of the suite's layout, with an optional/ file to be left out."""
+    cases = {
+        "tests/draft7/minLength.json": [{"description": "min", "schema": {"minLength": 2},
+                                          "tests": [{"description": "ok", "data": "ab",
+                                                     "valid": True},
+                                                    {"description": "short", "data": "a",
+                                                     "valid": False}]}],
+        "tests/draft2020-12/not.json": [{"description": "not", "schema": {"not": {
+            "type": "string"}}, "tests": [{"description": "int", "data": 1, "valid": True}]},
+            {"description": "boolean", "schema": True, "tests": [
+                {"description": "any", "data": None, "valid": True}]}],
+        "tests/draft2020-12/optional/format/email.json": [{"description": "x", "schema": {},
+                                                           "tests": []}],
+    }
+    for name, content in cases.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(json.dumps(content))
+    return root
+
+
+def test_suite_rows_from_a_directory_and_a_tarball(tmp_path):
+    import tarfile
+
+    from kaname.bench.schema_suite import DRAFTS, read_suite
+
+    root = _suite(tmp_path / "JSON-Schema-Test-Suite")
+    rows = read_suite(root)
+    assert [r["id"] for r in rows] == ["draft2020-12/not.json#0", "draft2020-12/not.json#1",
+                                       "draft7/minLength.json#0"]
+    assert rows[0]["schema"] == {"$schema": DRAFTS["draft2020-12"], "not": {"type": "string"}}
+    assert rows[1]["schema"] is True  # a boolean schema stays one
+    assert rows[2]["subset"] == "draft7" and rows[2]["schema"]["$schema"] == DRAFTS["draft7"]
+    assert [t["valid"] for t in rows[2]["tests"]] == [True, False]
+    sdist = tmp_path / "jsonschema-0.tar.gz"  # the sdist's layout: json/tests/<draft>/
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(root / "tests", arcname="jsonschema-0/json/tests")
+    assert read_suite(sdist) == rows
+    assert [r["id"] for r in read_suite(sdist, ["draft7"])] == ["draft7/minLength.json#0"]
+
+
+def test_suite_errors_are_clear(tmp_path):
+    from kaname.bench.schema_suite import read_suite
+
+    root = _suite(tmp_path / "s")
+    with pytest.raises(ValueError, match="no such draft: draft3"):
+        read_suite(root, ["draft3"])
+    with pytest.raises(ValueError, match="no tests/ directory"):
+        read_suite(tmp_path / "s" / "tests" / "draft7")
+    with pytest.raises(ValueError, match="no such file or directory"):
+        read_suite(tmp_path / "missing")
+    (tmp_path / "junk.tar").write_text("not a tar")
+    with pytest.raises(ValueError, match="neither a directory nor a tar archive"):
+        read_suite(tmp_path / "junk.tar")
+
+
+def test_cli_runs_the_suite(tmp_path):
+    root = _suite(tmp_path / "suite")
+    r = _kaname(["--suite", str(root), "--engines", "kaname", "--json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["config"]["suite"] == str(root) and out["config"]["data"] is None
+    assert set(out["subsets"]) == {"draft7", "draft2020-12"}
+    k = out["engines"]["kaname"]
+    # `not: {type: string}` is rewritten to the other types: all three schemas compile
+    assert (k["schemas"], k["compiled"], k["passing"], k["invalid_accepted"]) == (3, 3, 3, 0)
+    r = _kaname(["--suite", str(root), "--data", str(root), "--engines", "kaname"], tmp_path)
+    assert r.returncode != 0 and "give one" in r.stderr

@@ -59,7 +59,7 @@ def test_strict_unsupported_keyword_names_keyword_and_pointer(compiler):
 
 def test_property_named_like_a_keyword_is_not_blamed(compiler):
     schema = {"type": "object", "properties": {"not": {"type": "string"},
-                                               "x": {"not": {"type": "string"}}}}
+                                               "x": {"not": {"pattern": "^a"}}}}
     with pytest.raises(UnsupportedSchemaError) as e:
         compiler.compile(JsonSchema(schema))
     assert e.value.pointer == "/properties/x/not"

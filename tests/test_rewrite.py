@@ -669,7 +669,7 @@ def test_lenient_compiles_enforce_the_rewritten_and_report_the_rest(gemma, compi
 def test_the_error_names_what_still_blocks(compiler):
     """Rewritten keywords are not named; what stays refused is, with why it was not
     rewritten."""
-    schema = {"type": "object", "properties": {"a": {"not": {"type": "string"}}},
+    schema = {"type": "object", "properties": {"a": {"not": {"pattern": "^a"}}},
               "dependentRequired": {"a": ["b"]}}
     with pytest.raises(UnsupportedSchemaError) as e:
         compiler.compile(JsonSchema(schema))
@@ -727,6 +727,18 @@ GENERATED = [
                                        "ptr": {"type": "string", "format": "json-pointer"},
                                        "tpl": {"type": "string", "format": "uri-template"}},
       "required": ["blob", "ptr", "tpl"]}, Guards(max_string_length=12)),
+    # not / if / oneOf through the complement (complement.py)
+    ({"type": "object", "properties": {
+        "role": {"type": "string", "maxLength": 6, "not": {"enum": ["admin", "root", ""]}},
+        "n": {"type": "integer", "not": {"maximum": 2}}},
+      "required": ["role", "n"], "additionalProperties": False}, Guards()),
+    ({"type": "object", "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}},
+      "required": ["kind"], "additionalProperties": False,
+      "if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["n"]},
+      "else": {"properties": {"n": {"maximum": 0}}}}, Guards()),
+    ({"type": "array", "maxItems": 3, "items": {"oneOf": [
+        {"type": "number", "minimum": 0}, {"type": "number", "maximum": 5},
+        {"type": "string", "maxLength": 3}]}}, Guards()),
 ]
 
 

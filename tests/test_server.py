@@ -235,7 +235,7 @@ def test_unsupported_strict_schema_is_400_naming_keyword(client):
     assert "uniqueItems" in err["message"]
     assert err["param"] == "/response_format/json_schema/schema/properties/tags/uniqueItems"
     bad_tool = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
-        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}
+        "type": "object", "properties": {"x": {"not": {"pattern": "^a"}}}}}}
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="random", messages=MESSAGES, tools=[bad_tool],
                                        max_tokens=50)

@@ -338,6 +338,10 @@ def _bench_schemas_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--data", metavar="FILE", default=None,
                    help=f"MaskBench JSONL(.gz) (default: {SCHEMAS_DATA} if present)")
+    p.add_argument("--suite", metavar="PATH", default=None,
+                   help="run the official JSON-Schema-Test-Suite instead (draft 2020-12 and "
+                        "draft 7; subsets draft2020-12, draft7): a checkout, or jsonschema's "
+                        "sdist (pip download --no-deps --no-binary :all: jsonschema==4.23.0)")
     p.add_argument("--engines", default=",".join(SCHEMAS_ENGINES),
                    help=f"comma-separated, from {','.join(SCHEMAS_ENGINES)} (default: all)")
     p.add_argument("--tokenizer", choices=SCHEMAS_TOKENIZERS, default="gemma",

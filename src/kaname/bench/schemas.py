@@ -366,6 +366,8 @@ class Config:
     load_timeout: float = 300.0
     llamacpp_samples: int = 4
     seed: int = SEED
+    # the JSON-Schema-Test-Suite (schema_suite.py) instead of `data`
+    suite: Path | None = None
 
 
 @dataclass
@@ -380,6 +382,16 @@ class RunResult:
     loadavg: tuple[float, float] = (0.0, 0.0)
 
 
+def source_rows(config: Config) -> list[dict[str, Any]]:
+    """The rows to sample from: the test suite's cases (one subset per draft) with
+    `suite`, else the MaskBench file."""
+    if config.suite is not None:
+        from .schema_suite import read_suite
+
+        return read_suite(config.suite)
+    return read_rows(config.data)
+
+
 def _progress(msg: str) -> None:
     print(f"kaname bench schemas: {msg}", file=sys.stderr, flush=True)
 
@@ -390,7 +402,7 @@ def run(config: Config, progress: bool = True) -> RunResult:
     t_start = time.monotonic()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load_before = os.getloadavg()[0]
-    rows = sample_rows(read_rows(config.data), config.limit, config.subsets, config.seed)
+    rows = sample_rows(source_rows(config), config.limit, config.subsets, config.seed)
     options = {"llamacpp_samples": config.llamacpp_samples}
     workers = {e: Worker(e, config.tokenizer, options) for e in config.engines}
     for w in workers.values():  # load in parallel while this process tokenizes
@@ -472,7 +484,9 @@ def report(result: RunResult) -> dict[str, Any]:
         "subsets": subsets,
         "targets": targets(engines),
         "config": {
-            "data": str(cfg.data), "tokenizer": cfg.tokenizer, "limit": cfg.limit,
+            "data": None if cfg.suite else str(cfg.data),
+            "suite": str(cfg.suite) if cfg.suite else None,
+            "tokenizer": cfg.tokenizer, "limit": cfg.limit,
             "subsets": list(cfg.subsets) or None, "schemas": len(result.rows),
             "instances": sum(len(r["tests"]) for r in result.rows),
             "seed": cfg.seed, "compile_timeout_s": cfg.compile_timeout,
@@ -504,7 +518,8 @@ def print_tables(data: dict[str, Any]) -> None:
     # Wide when not on a terminal (a file, a pipe), so the tables do not wrap.
     console = Console() if sys.stdout.isatty() else Console(width=150)
     cfg = data["config"]
-    t = Table(title=f"JSONSchemaBench, {cfg['schemas']} schemas, {cfg['instances']} instances, "
+    source = "JSON-Schema-Test-Suite" if cfg.get("suite") else "JSONSchemaBench"
+    t = Table(title=f"{source}, {cfg['schemas']} schemas, {cfg['instances']} instances, "
                     f"{cfg['tokenizer']} vocabulary")
     cols = ("engine", "status", "compiled", "passing", "untested", "valid rej.", "invalid acc.",
             "timeouts", "compile ms p50", "p99", "mask µs mean", "p50", "p99")
@@ -599,7 +614,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
         raise ValueError(f"--engines: unknown engine(s) {', '.join(bad) or '(none given)'}; "
                          f"choose from {', '.join(ENGINES)}")
     data = Path(args.data) if args.data else DEFAULT_DATA
-    if not data.is_file():
+    suite = Path(args.suite) if getattr(args, "suite", None) else None
+    if suite is not None and args.data:
+        raise ValueError("--suite and --data: give one")
+    if suite is None and not data.is_file():
         raise ValueError(f"--data: no such file: {data}" if args.data else
                          f"--data: give the MaskBench file (not found at {DEFAULT_DATA})")
     if args.limit is not None and args.limit < 1:
@@ -612,7 +630,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config(data=data, engines=engines, tokenizer=args.tokenizer, limit=args.limit,
                   subsets=subsets, compile_timeout=args.timeout,
                   check_timeout=args.check_timeout, llamacpp_samples=args.llamacpp_samples,
-                  seed=args.seed)
+                  seed=args.seed, suite=suite)
 
 
 def main(args: argparse.Namespace) -> int:

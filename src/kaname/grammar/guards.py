@@ -174,13 +174,16 @@ def _report_at_untyped(applied: dict[str, Any], untyped: list[str]) -> None:
             cap["at"] = list(dict.fromkeys([p for p in at if p not in mine] + untyped))
 
 
-_INTERSECTING = frozenset({"allOf", "dependentSchemas", "dependencies"})
+# `not`, `if` and `oneOf` too: rewrite.py says them with allOf (their complement beside the
+# rest), so they intersect once rewritten
+_INTERSECTING = frozenset({"allOf", "dependentSchemas", "dependencies", "not", "if", "oneOf"})
 _BRANCHING = frozenset({"anyOf", "oneOf", "$ref"})
 
 
 def _intersects(s: dict[str, Any]) -> bool:
-    """Whether llguidance intersects schemas at this node: `allOf`, dependencies (which
-    rewrite.py turns into combinations), or a branch or `$ref` beside other keywords."""
+    """Whether llguidance intersects schemas at this node: `allOf`, dependencies, `not`,
+    `if`, `oneOf` (which rewrite.py turns into intersections), or a branch or `$ref` beside
+    other keywords."""
     keys = set(s) - _ANNOTATIONS
     return bool(_INTERSECTING & keys) or (bool(_BRANCHING & keys) and len(keys) > 1)
 
@@ -201,7 +204,7 @@ def _type_untyped_values(root: dict[str, Any], depth: int | None = None) -> list
     Left alone: subschemas under `not` / `if` / `oneOf` (as every guard), schemas with an
     `$id` (or draft 4 `id`) below the root (a local `$ref` there would resolve against it), and
     schemas where llguidance intersects subschemas (`allOf`, a `$ref` or `anyOf` beside other
-    keywords, dependencies): it cannot intersect the recursive any-value with itself ("Schema
+    keywords, dependencies, and `not` / `if` / `oneOf`, rewritten with allOf): it cannot intersect the recursive any-value with itself ("Schema
     intersection stack level exceeded", 13 of 350 JSONSchemaBench schemas lost)."""
     nodes = list(subschemas(root, skip=_NO_REWRITE))
     defs = _defs_key(root)

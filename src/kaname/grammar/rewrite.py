@@ -39,9 +39,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 
+from .complement import complement
 from .guards import ANY_VALUE_NAME
 from .schema_walk import escape, subschemas
 
@@ -82,6 +84,21 @@ class _Context:
     ref_fragments: list[str]
     nested_dialects: bool
     out: Rewritten
+    root: Any
+
+    def resolve(self, ref: str) -> Any:
+        """The subschema a local `$ref` ("#/a/b") names in the schema being rewritten."""
+        node = self.root
+        fragment = unquote(ref.split("#", 1)[1])
+        if fragment and not fragment.startswith("/"):
+            raise KeyError(ref)  # an anchor name
+        for token in fragment.split("/")[1:]:
+            token = token.replace("~1", "/").replace("~0", "~")
+            node = node[int(token)] if isinstance(node, list) else node[token]
+        return node
+
+    def complement(self, schema: Any) -> tuple[Any, str | None]:
+        return complement(schema, self.dialect, self.resolve)
 
     def applied(self, rule: str, pointer: str) -> None:
         self.out.applied.append((rule, pointer or "/"))
@@ -123,7 +140,7 @@ def rewrite_schema(schema: Any) -> Rewritten:
     dialect = dialect_of(schema)
     ctx = _Context(dialect, _ref_fragments(out),
                    any(dialect_of(s) is not dialect for p, s in nodes if p and "$schema" in s),
-                   result)
+                   result, out)
     # Bottom-up: a subschema is rewritten before a rewrite of its parent may move it.
     for pointer, s in reversed(nodes):
         _integers(s, pointer, ctx)
@@ -135,6 +152,9 @@ def rewrite_schema(schema: Any) -> Rewritten:
         _contains(s, pointer, ctx)  # before uniqueItems, which refuses next to contains
         _unique_items(s, pointer, ctx)
         _property_names(s, pointer, ctx)
+        _not(s, pointer, ctx)
+        _if_then_else(s, pointer, ctx)
+        _one_of(s, pointer, ctx)
     return result
 
 
@@ -604,3 +624,93 @@ def _names_pattern(names_schema: dict[str, Any], rest: set[str]) -> str | None:
     if low is None or (high is None and names_schema.get("maxLength") is not None):
         return None
     return f"^[\\s\\S]{{{low},{'' if high is None else high}}}$"
+
+
+# --- 8. not, if/then/else and oneOf through the complement ----------------------------------
+
+MAX_ONE_OF_BRANCHES = 8  # oneOf rewritten as n branches, each with n-1 complements
+
+
+def _not(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`not: S` -> `allOf: [complement of S]` (complement.py says why that is exact and
+    when there is none). Left as it is (refused) where S has no complement here, or a `$ref`
+    points into it."""
+    if "not" not in s or ctx.referenced(pointer, "not"):
+        return
+    failing, why = ctx.complement(s["not"])
+    if why is not None:
+        ctx.refuse(pointer, "not", why)
+        return
+    del s["not"]
+    _add_all_of(s, failing)
+    ctx.applied("not as its complement", f"{pointer}/not")
+
+
+def _if_then_else(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`if: I, then: T, else: E` -> `allOf: [{anyOf: [allOf [I, T], allOf [not-I, E]]}]`
+    (T and E default to true; without both, `if` asserts nothing and is dropped).
+
+    Exact: an instance either matches I, and must then match T, or does not, and must then
+    match E; the two branches exclude each other. Refused where I has no complement
+    (complement.py), a `$ref` points into the keywords, or the dialect predates `if`."""
+    if "if" not in s or not ctx.knows("if") or any(
+            ctx.referenced(pointer, k) for k in ("if", "then", "else")):
+        return
+    cond = s["if"]
+    then, other = s.get("then", True), s.get("else", True)
+    if then is True and other is True:
+        failing: Any = True
+    else:
+        failing, why = ctx.complement(cond)
+        if why is not None:
+            ctx.refuse(pointer, "if", why)
+            return
+    for k in ("if", "then", "else"):
+        s.pop(k, None)
+    if then is not True or other is not True:
+        _add_all_of(s, {"anyOf": [{"allOf": [cond, then]}, {"allOf": [failing, other]}]})
+    ctx.applied("if/then/else as anyOf", f"{pointer}/if")
+
+
+def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`oneOf: [A1..An]` -> `anyOf` over i of `allOf: [Ai, complement of every other Aj]`.
+
+    Exact: an instance is valid when it matches exactly one branch, that is, for some i it
+    matches Ai and no other. Refused above MAX_ONE_OF_BRANCHES branches, where some branch has
+    no complement, or where a `$ref` points into the keyword. llguidance proves some oneOfs
+    exclusive by itself; the caller keeps the schema as it was where that builds and this
+    does not; and where it proves them exclusive, the oneOf stays as it is (the intersections
+    of the rewrite would change llguidance's key order)."""
+    branches = s.get("oneOf")
+    if not isinstance(branches, list) or not branches or ctx.referenced(pointer, "oneOf") \
+            or _llguidance_proves_exclusive(branches, ctx):
+        return
+    if len(branches) > MAX_ONE_OF_BRANCHES:
+        ctx.refuse(pointer, "oneOf", f"{len(branches)} branches, above the bound of "
+                                     f"{MAX_ONE_OF_BRANCHES}")
+        return
+    failing = []
+    for b in branches:
+        f, why = ctx.complement(b)
+        if why is not None:
+            ctx.refuse(pointer, "oneOf", why)
+            return
+        failing.append(f)
+    alternatives = [{"allOf": [b] + [copy.deepcopy(f) for j, f in enumerate(failing) if j != i]}
+                    for i, b in enumerate(branches)]
+    del s["oneOf"]
+    _add_all_of(s, {"anyOf": alternatives})
+    ctx.applied("oneOf as anyOf of exclusive branches", f"{pointer}/oneOf")
+
+
+def _llguidance_proves_exclusive(branches: list[Any], ctx: _Context) -> bool:
+    """Whether llguidance compiles `oneOf: branches` by itself (the root's definitions and
+    `$schema` beside it, so that references and the dialect read as in the whole schema)."""
+    from .lark import _builds, _json_body  # lark.py imports this module
+
+    probe = {k: ctx.root[k] for k in ("$schema", "definitions", "$defs") if k in ctx.root}
+    probe["oneOf"] = branches
+    try:
+        return _builds(_json_body(probe, {}))
+    except Exception:  # any failure to build means "not by itself"
+        return False
