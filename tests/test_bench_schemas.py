@@ -287,7 +287,7 @@ def test_cli_smoke_json_shape_and_unavailable_engine(tmp_path):
     k = out["engines"]["kaname"]
     assert k["status"] == "ok"
     assert k["invalid_accepted"] == 0
-    assert k["schemas"] == 4 and k["compiled"] == 3  # this `not` (a pattern) is refused under strict
+    assert k["schemas"] == 4 and k["compiled"] == 3  # `not: pattern`: refused
     assert k["passing"] == 3 and k["valid_rejected"] == 0
     assert k["mask_us_p50"] > 0 and k["mask_us_p99"] >= k["mask_us_p50"]
     x = out["engines"]["xgrammar"]

@@ -222,3 +222,55 @@ def test_the_users_schema_is_untouched():
     before = json.dumps(NOT_IN_OBJECT)
     rewrite_schema(NOT_IN_OBJECT)
     assert json.dumps(NOT_IN_OBJECT) == before
+
+
+# --- disjointness (the oneOf rewrite skips complements between disjoint branches) ----------
+
+DISCRIMINATED = st.builds(
+    lambda tag, req, closed: {"type": "object", "required": ["kind", *req],
+                              "properties": {"kind": {"const": tag}, "a": {}, "b": {}},
+                              **({"additionalProperties": False} if closed else {})},
+    st.sampled_from(["x", "y", 1, 1.0, True]), st.lists(st.sampled_from(["a", "b"]),
+                                                        unique=True), st.booleans())
+OBJECTS = st.dictionaries(st.sampled_from(["kind", "a", "b", "c"]),
+                          st.sampled_from(["x", "y", 1, True, None]), max_size=4)
+
+
+def test_disjoint_schemas_share_no_instance():
+    from kaname.grammar.complement import disjoint
+
+    proven: list[bool] = []
+
+    @SETTINGS
+    @given(st.one_of(SCHEMAS, DISCRIMINATED), st.one_of(SCHEMAS, DISCRIMINATED),
+           st.lists(st.one_of(INSTANCES, OBJECTS), min_size=1, max_size=10))
+    def check(a, b, instances):
+        if not disjoint(a, b, lambda ref: (_ for _ in ()).throw(KeyError(ref))):
+            proven.append(False)
+            return
+        proven.append(True)
+        va, vb = validator(a), validator(b)
+        for x in instances:
+            assert not (va.is_valid(x) and vb.is_valid(x)), (a, b, x)
+
+    check()
+    assert sum(proven) >= 0.1 * len(proven), f"{sum(proven)} of {len(proven)} proven"
+
+
+def test_a_oneof_of_disjoint_branches_becomes_an_anyof_in_place(gemma, compiler):
+    """A discriminated union llguidance does not prove exclusive (the tag is in a $ref):
+    no complement is needed, the oneOf is an anyOf where it stood."""
+    schema = {"$defs": {"cat": {"type": "object", "properties": {
+                  "kind": {"const": "cat"}, "lives": {"type": "integer"}},
+                  "required": ["kind"], "additionalProperties": False}},
+              "type": "object",
+              "oneOf": [{"$ref": "#/$defs/cat"},
+                        {"properties": {"kind": {"const": "dog"}, "good": {"type": "boolean"}},
+                         "required": ["kind", "good"], "additionalProperties": False}]}
+    out = rewrite_schema(schema)
+    assert [r for r, _ in out.applied] == ["oneOf as anyOf of exclusive branches"]
+    assert out.schema["anyOf"] == schema["oneOf"] and "allOf" not in out.schema
+    c = compiler.compile(JsonSchema(schema))
+    for value, ok in [({"kind": "cat"}, True), ({"kind": "dog", "good": True}, True),
+                      ({"kind": "cat", "good": True}, False), ({"kind": "bird"}, False)]:
+        assert accepts(gemma.tokenizer, c, value) is ok, value

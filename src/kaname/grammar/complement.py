@@ -390,3 +390,130 @@ def _code(cp: int) -> str:
 
 def _literal(ch: str) -> str:
     return _code(ord(ch))
+
+
+# -- disjointness: two schemas no instance matches both ---------------------------------------
+
+_MAX_REF_HOPS = 8
+
+
+def disjoint(a: Any, b: Any, resolve: Resolve, within: Any = True) -> bool:
+    """True when no instance of `within` (the schema around a oneOf: its `type` is read) can
+    match both `a` and `b` (False: not proven). Proven by
+    finite value sets without a common value; by types with no common instance type; and
+    where both admit objects only there, by a property both require whose allowed values
+    (`const` / `enum`) do not meet, or by a key one requires that the other forbids
+    (`properties: {k: false}`, or `additionalProperties: false` without k or patterns)."""
+    a, b = _facts(a, resolve), _facts(b, resolve)
+    if a is None or b is None:
+        return False
+    around = _facts({"type": within["type"]} if isinstance(within, dict) and "type" in within
+                    else True, resolve)
+    if around is not None:
+        a.types &= around.types
+    if a.values is not None and b.values is not None:
+        return not any(_same(x, y) for x in a.values for y in b.values)
+    common = a.types & b.types  # instance kinds: "integer" integral numbers, "number" others
+    if not common:
+        return True
+    if common != {"object"}:
+        return False
+    for key in a.required & b.required:
+        va, vb = a.pinned.get(key), b.pinned.get(key)
+        if va is not None and vb is not None and not any(_same(x, y) for x in va for y in vb):
+            return True
+    return any(b.forbids(k) for k in a.required) or any(a.forbids(k) for k in b.required)
+
+
+class _Facts:
+    """What a schema says about the instances it admits, as far as `disjoint` reads it."""
+
+    def __init__(self) -> None:
+        self.types: set[str] = {*TYPES, "integer"}
+        self.values: list[Any] | None = None  # a finite set, from enum / const
+        self.required: set[str] = set()
+        self.pinned: dict[str, list[Any]] = {}  # property -> its finite set of values
+        self.properties: dict[str, Any] = {}
+        self.closed = False  # additionalProperties false, no patternProperties
+
+    def forbids(self, key: str) -> bool:
+        return self.properties.get(key) is False or (self.closed and key not in self.properties)
+
+
+def _facts(schema: Any, resolve: Resolve, hops: int = 0) -> _Facts | None:
+    facts = _Facts()
+    if not _gather(schema, resolve, facts, hops):
+        return None
+    return facts
+
+
+def _gather(schema: Any, resolve: Resolve, f: _Facts, hops: int) -> bool:
+    """Add what `schema` asserts to `f` (a conjunction); False where it cannot be read."""
+    if schema is True:
+        return True
+    if not isinstance(schema, dict):
+        return False
+    if "$ref" in schema:
+        if hops >= _MAX_REF_HOPS or not isinstance(schema["$ref"], str):
+            return False
+        try:
+            target = resolve(schema["$ref"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return False
+        if not _gather(target, resolve, f, hops + 1):
+            return False
+    t = schema.get("type")
+    if t is not None:
+        names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+        if names is None:
+            return False
+        if "number" in names:
+            names.add("integer")
+        f.types &= names
+    values = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(values, list):
+        f.values = values if f.values is None else [v for v in f.values
+                                                    if any(_same(v, w) for w in values)]
+        f.types &= {_type_of(v) for v in values}
+    if isinstance(schema.get("required"), list):
+        f.required |= {k for k in schema["required"] if isinstance(k, str)}
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        for k, sub in props.items():
+            f.properties.setdefault(k, sub)
+            sub_facts = _facts(sub, resolve, hops) if sub is not False else None
+            if sub_facts is not None and sub_facts.values is not None:
+                f.pinned[k] = sub_facts.values
+    if schema.get("additionalProperties") is False and not schema.get("patternProperties"):
+        f.closed = True
+    for part in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
+        if not _gather(part, resolve, f, hops):
+            return False
+    return True
+
+
+def _type_of(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
+        return "integer"  # the integral numbers; "number" stands for the others
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    return "array" if isinstance(v, list) else "object"
+
+
+def _same(x: Any, y: Any) -> bool:
+    """JSON Schema equality: 1 == 1.0, true != 1."""
+    if isinstance(x, bool) or isinstance(y, bool):
+        return type(x) is type(y) and x == y
+    if _is_number(x) and _is_number(y):
+        return bool(x == y)
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(_same(p, q) for p, q in zip(x, y, strict=True))
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    return type(x) is type(y) and x == y

@@ -204,8 +204,9 @@ def _type_untyped_values(root: dict[str, Any], depth: int | None = None) -> list
     Left alone: subschemas under `not` / `if` / `oneOf` (as every guard), schemas with an
     `$id` (or draft 4 `id`) below the root (a local `$ref` there would resolve against it), and
     schemas where llguidance intersects subschemas (`allOf`, a `$ref` or `anyOf` beside other
-    keywords, dependencies, and `not` / `if` / `oneOf`, rewritten with allOf): it cannot intersect the recursive any-value with itself ("Schema
-    intersection stack level exceeded", 13 of 350 JSONSchemaBench schemas lost)."""
+    keywords, dependencies, and `not` / `if` / `oneOf`, rewritten with allOf): it cannot
+    intersect the recursive any-value with itself ("Schema intersection stack level
+    exceeded", 13 of 350 JSONSchemaBench schemas lost)."""
     nodes = list(subschemas(root, skip=_NO_REWRITE))
     defs = _defs_key(root)
     if any("$id" in s or "id" in s for p, s in nodes if p) or not isinstance(

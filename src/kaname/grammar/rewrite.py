@@ -7,7 +7,8 @@ instances) in which some keywords `%json` refuses are replaced by ones it compil
 - keywords that assert nothing are dropped (`uniqueItems: false`, `uniqueItems` on arrays of
   at most one item, `minContains` / `maxContains` without `contains`);
 - `format`s llguidance does not know become anchored `pattern`s that are exactly the format
-  (`byte`, `json-pointer`, `relative-json-pointer`, `uri-template`) or are dropped where the
+  (`byte`, `json-pointer`, `relative-json-pointer`, `uri-template`, `uri-reference`, `iri`,
+  `iri-reference`) or are dropped where the
   format asserts nothing (OpenAPI's `binary`, `password`). Where the jsonschema post-check
   has no checker for the format (it then passes any string), that is narrower than the
   post-check and reported in the caps (`formats_as_patterns`);
@@ -18,7 +19,11 @@ instances) in which some keywords `%json` refuses are replaced by ones it compil
 - `contains` (with `minContains`) on arrays with a small `maxItems` becomes an `anyOf` over
   the positions of the matches;
 - `propertyNames` with a finite set of names (`enum` / `const` / `false`), a `pattern` or
-  length bounds becomes properties / patternProperties with `additionalProperties: false`.
+  length bounds becomes properties / patternProperties with `additionalProperties: false`;
+- `not: S` becomes S's complement (complement.py), `if` / `then` / `else` an `anyOf` of
+  `if` with `then` and `if`'s complement with `else`, and a `oneOf` llguidance does not
+  prove exclusive an `anyOf` of each branch beside the complements of the branches it is not
+  proven disjoint from.
 
 Each rewrite is a function whose docstring says why it is exact. A keyword whose rewrite
 does not apply (too many alternatives, an unbounded domain, a dialect that does not define it)
@@ -43,7 +48,7 @@ from urllib.parse import unquote
 
 import jsonschema
 
-from .complement import complement
+from .complement import complement, disjoint
 from .guards import ANY_VALUE_NAME
 from .schema_walk import escape, subschemas
 
@@ -252,6 +257,53 @@ _VARCHAR = rf"(?:[A-Za-z0-9_]|{_PCT})"
 _VARSPEC = rf"{_VARCHAR}(?:\.?{_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\*)?"
 _EXPRESSION = rf"\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\}}"
 
+def _hex(chars: str) -> str:
+    """Characters as `\\xHH` escapes: literal in and out of a class, for both regex
+    engines (a bare `-`, `&` or `~` in a class can mean set operations to llguidance's)."""
+    return "".join(f"\\x{ord(c):02X}" for c in chars)
+
+
+_UNRESERVED = "A-Za-z0-9" + _hex("-._~")
+_SUB_DELIMS = _hex("!$&'()*+,;=")
+
+
+def _rfc3986(ucs: str = "", private: str = "") -> tuple[str, str]:
+    """(URI, URI-reference) of RFC 3986 section 3 and 4.1, rule for rule, anchored; with
+    `ucs` added to unreserved and `private` to the query, RFC 3987's IRI and IRI-reference.
+    IPv4address needs no rule of its own: every one is also a reg-name."""
+    unres = _UNRESERVED + ucs
+    pchar = f"(?:[{unres}{_SUB_DELIMS}{_hex(':@')}]|{_PCT})"
+    seg, seg_nz = f"{pchar}*", f"{pchar}+"
+    seg_nz_nc = f"(?:[{unres}{_SUB_DELIMS}{_hex('@')}]|{_PCT})+"
+    query = f"(?:{pchar}|[{_hex('/?')}{private}])*"
+    fragment = f"(?:{pchar}|[{_hex('/?')}])*"
+    scheme = f"[A-Za-z][A-Za-z0-9{_hex('+-.')}]*"
+    userinfo = f"(?:[{unres}{_SUB_DELIMS}{_hex(':')}]|{_PCT})*"
+    h16 = f"{_HEX}{{1,4}}"
+    dec = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+    ls32 = f"(?:{h16}:{h16}|{dec}\\.{dec}\\.{dec}\\.{dec})"
+
+    def head(n: int) -> str:  # [ *n( h16 ":" ) h16 ]
+        return f"(?:(?:{h16}:){{0,{n}}}{h16})?" if n else f"(?:{h16})?"
+
+    ipv6 = "|".join([f"(?:{h16}:){{6}}{ls32}", f"::(?:{h16}:){{5}}{ls32}",
+                     f"{head(0)}::(?:{h16}:){{4}}{ls32}", f"{head(1)}::(?:{h16}:){{3}}{ls32}",
+                     f"{head(2)}::(?:{h16}:){{2}}{ls32}", f"{head(3)}::{h16}:{ls32}",
+                     f"{head(4)}::{ls32}", f"{head(5)}::{h16}", f"{head(6)}::"])
+    future = f"[vV]{_HEX}+\\.[{_UNRESERVED}{_SUB_DELIMS}{_hex(':')}]+"
+    host = f"(?:\\[(?:{ipv6}|{future})\\]|(?:[{unres}{_SUB_DELIMS}]|{_PCT})*)"
+    authority = f"(?:{userinfo}@)?{host}(?::[0-9]*)?"
+    abempty = f"(?:/{seg})*"
+    absolute = f"/(?:{seg_nz}(?:/{seg})*)?"
+    tail = f"(?:\\?{query})?(?:#{fragment})?"
+    uri = f"{scheme}:(?://{authority}{abempty}|{absolute}|{seg_nz}(?:/{seg})*|){tail}"
+    relative = f"(?://{authority}{abempty}|{absolute}|{seg_nz_nc}(?:/{seg})*|){tail}"
+    return f"^{uri}$", f"^(?:{uri}|{relative})$"
+
+
+_IRI, _IRI_REFERENCE = _rfc3986(_UCS, _PRIVATE)
+
+
 # format -> anchored pattern, each exactly the format's grammar
 FORMAT_PATTERNS: dict[str, str] = {
     # OpenAPI `byte`: base64 (RFC 4648 section 4) with its padding. As every base64 decoder
@@ -263,6 +315,10 @@ FORMAT_PATTERNS: dict[str, str] = {
     "relative-json-pointer": f"^{_NON_NEGATIVE}(?:#|{JSON_POINTER})$",
     # RFC 6570 URI-Template, level 4 (the whole grammar)
     "uri-template": rf"^(?:{_LITERAL}|{_PCT}|{_EXPRESSION})*$",
+    # RFC 3986 URI-reference (llguidance has `uri` itself); RFC 3987 IRI and IRI-reference
+    "uri-reference": _rfc3986()[1],
+    "iri": _IRI,
+    "iri-reference": _IRI_REFERENCE,
 }
 # draft-bhutton-relative-json-pointer-00 (draft 2020-12) adds an index manipulation,
 # not allowed before "#"
@@ -673,14 +729,16 @@ def _if_then_else(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
 
 
 def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
-    """`oneOf: [A1..An]` -> `anyOf` over i of `allOf: [Ai, complement of every other Aj]`.
+    """`oneOf: [A1..An]` -> `anyOf` over i of `allOf: [Ai, complement of each Aj that Ai is
+    not proven disjoint from]` (just `anyOf: [A1..An]` where every pair is).
 
     Exact: an instance is valid when it matches exactly one branch, that is, for some i it
-    matches Ai and no other. Refused above MAX_ONE_OF_BRANCHES branches, where some branch has
-    no complement, or where a `$ref` points into the keyword. llguidance proves some oneOfs
-    exclusive by itself; the caller keeps the schema as it was where that builds and this
-    does not; and where it proves them exclusive, the oneOf stays as it is (the intersections
-    of the rewrite would change llguidance's key order)."""
+    matches Ai and no other; a branch disjoint from Ai (complement.disjoint: no common type,
+    finite value sets or a required discriminator that do not meet, a required key the other
+    forbids) cannot match beside it, so its complement is implied there. Refused above
+    MAX_ONE_OF_BRANCHES branches, where a needed complement cannot be built, or where a `$ref`
+    points into the keyword. llguidance proves some oneOfs exclusive by itself: those stay
+    as they are."""
     branches = s.get("oneOf")
     if not isinstance(branches, list) or not branches or ctx.referenced(pointer, "oneOf") \
             or _llguidance_proves_exclusive(branches, ctx):
@@ -689,17 +747,28 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
         ctx.refuse(pointer, "oneOf", f"{len(branches)} branches, above the bound of "
                                      f"{MAX_ONE_OF_BRANCHES}")
         return
-    failing = []
-    for b in branches:
-        f, why = ctx.complement(b)
+    n = len(branches)
+    apart = {(i, j) for i in range(n) for j in range(i + 1, n)
+             if disjoint(branches[i], branches[j], ctx.resolve, within=s)}
+    needed = {j for i in range(n) for j in range(n)
+              if i != j and (min(i, j), max(i, j)) not in apart}
+    failing: dict[int, Any] = {}
+    for j in sorted(needed):
+        f, why = ctx.complement(branches[j])
         if why is not None:
             ctx.refuse(pointer, "oneOf", why)
             return
-        failing.append(f)
-    alternatives = [{"allOf": [b] + [copy.deepcopy(f) for j, f in enumerate(failing) if j != i]}
-                    for i, b in enumerate(branches)]
+        failing[j] = f
+    alternatives = []
+    for i, b in enumerate(branches):
+        others = [copy.deepcopy(failing[j]) for j in range(n)
+                  if j != i and (min(i, j), max(i, j)) not in apart]
+        alternatives.append({"allOf": [b, *others]} if others else b)
     del s["oneOf"]
-    _add_all_of(s, {"anyOf": alternatives})
+    if "anyOf" in s:
+        _add_all_of(s, {"anyOf": alternatives})
+    else:  # in place: llguidance reads a sibling anyOf without an intersection
+        s["anyOf"] = alternatives
     ctx.applied("oneOf as anyOf of exclusive branches", f"{pointer}/oneOf")
 
 
