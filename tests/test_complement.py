@@ -274,3 +274,20 @@ def test_a_oneof_of_disjoint_branches_becomes_an_anyof_in_place(gemma, compiler)
     for value, ok in [({"kind": "cat"}, True), ({"kind": "dog", "good": True}, True),
                       ({"kind": "cat", "good": True}, False), ({"kind": "bird"}, False)]:
         assert accepts(gemma.tokenizer, c, value) is ok, value
+
+
+def test_a_finite_set_of_values_absorbs_what_stands_beside_it(gemma, compiler):
+    """enum / const (also as an allOf member) beside keywords llguidance refuses: the values
+    the whole schema accepts, as one enum (jsonschema decides which)."""
+    values = [1, 2, 2.5, "ab", {"a": 1}, {"a": "x"}, [1, 1], [1, 2], None]
+    schema = {"allOf": [{"enum": values}, {"not": {"type": "number", "multipleOf": 2}},
+                        {"uniqueItems": True},
+                        {"not": {"type": "object", "properties": {"a": {"type": "string"}}}}]}
+    out = rewrite_schema(schema)
+    assert out.schema == {"enum": [1, 2.5, "ab", {"a": 1}, [1, 2], None]}
+    assert ("a finite set of values", "/") in out.applied
+    c = compiler.compile(JsonSchema(schema))
+    for value in [*values, "a", True, {"a": 2}]:
+        assert accepts(gemma.tokenizer, c, value) is validator(schema).is_valid(value), value
+    plain = {"type": "string", "enum": ["a", "b"]}  # nothing to absorb: left as it is
+    assert rewrite_schema(plain).applied == []

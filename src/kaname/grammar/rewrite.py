@@ -148,6 +148,8 @@ def rewrite_schema(schema: Any) -> Rewritten:
                    result, out)
     # Bottom-up: a subschema is rewritten before a rewrite of its parent may move it.
     for pointer, s in reversed(nodes):
+        if _finite_values(s, pointer, ctx):
+            continue
         _integers(s, pointer, ctx)
         _no_ops(s, pointer, ctx)
         if "$ref" in s and ctx.dialect in _REF_OVERRIDES:
@@ -188,6 +190,49 @@ def _add_all_of(s: dict[str, Any], *schemas: Any) -> None:
     if not isinstance(all_of, list):
         all_of = s["allOf"] = []
     all_of.extend(schemas)
+
+
+# --- 0. a finite set of values absorbs its siblings ----------------------------------------
+
+MAX_FINITE_VALUES = 256
+
+
+def _finite_values(s: dict[str, Any], pointer: str, ctx: _Context) -> bool:
+    """A schema with `enum` / `const`, or an `allOf` member that is one, -> `enum` of the
+    listed values the whole schema accepts (jsonschema, the post-check's validator, decides),
+    every other keyword dropped. Returns whether it was made.
+
+    Exact: such a schema accepts only listed values, and of those exactly the ones it
+    validates. Made only where something beside the values is a keyword llguidance may not
+    enforce (not for a plain `{"type": "string", "enum": [...]}`), where no `$ref` is inside
+    (the value check would need the root) and none points into it, and for at most
+    MAX_FINITE_VALUES values."""
+    values = _listed_values(s)
+    if values is None or len(values) > MAX_FINITE_VALUES:
+        return False
+    rest = set(s) - {"enum", "const", "type", *_ANNOTATIONS}
+    if not rest or '"$ref"' in json.dumps(s) or any(
+            ctx.referenced(pointer, k) for k in s):
+        return False
+    check = ctx.dialect(s, format_checker=ctx.dialect.FORMAT_CHECKER)
+    kept = [v for v in values if check.is_valid(v)]
+    for k in list(s):
+        if k not in _ANNOTATIONS and k not in ("$schema", "$id", "id"):
+            del s[k]
+    s["enum"] = kept
+    ctx.applied("a finite set of values", pointer or "/")
+    return True
+
+
+def _listed_values(s: dict[str, Any]) -> list[Any] | None:
+    if "const" in s:
+        return [s["const"]]
+    if isinstance(s.get("enum"), list):
+        return list(s["enum"])
+    for part in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
+        if isinstance(part, dict) and ("const" in part or isinstance(part.get("enum"), list)):
+            return [part["const"]] if "const" in part else list(part["enum"])
+    return None
 
 
 # --- 1. integers written as decimals -------------------------------------------------------
