@@ -73,3 +73,31 @@ def test_maskbench_ratchet(gemma, sample_name, schema_sample, compiled_sample):
         changed = {k: (base.get(k), v) for k, v in counts.items() if base.get(k) != v}
         warnings.warn(f"maskbench improved on {sample_name} (baseline, now): {changed}; record "
                       f"it with `{UPDATE_COMMAND}` and commit {BASELINE.name}", stacklevel=1)
+
+
+def test_no_valid_instance_rejected_that_llguidance_accepts(gemma, compiled_sample):
+    """Every valid instance kaname rejects is rejected by llguidance too, on its widest
+    reading of the same schema (lenient: unknown keywords skipped; oneOf read as anyOf; the
+    same separators): the rejection comes from llguidance's departures (key order, formats it
+    enforces), never from kaname's rewrites or guards."""
+    import llguidance as llg
+
+    options = {"lenient": True, "coerce_one_of": True, "key_separator": ": ",
+               "item_separator": ", ", "whitespace_flexible": False}
+    ours: list[str] = []
+    for row, c in compiled_sample[0]:
+        wide = None
+        for test in row["tests"]:
+            if not test["valid"]:
+                continue
+            ids = gemma.tokenizer.tokenize_str(json.dumps(test["data"], ensure_ascii=False))
+            m = c.new_matcher()
+            if m.consume_tokens(ids) and m.is_accepting():
+                continue
+            if wide is None:
+                wide = llg.LLMatcher.grammar_from_json_schema(
+                    row["schema"], overrides={"x-guidance": options})
+            lm = llg.LLMatcher(gemma.tokenizer, wide)
+            if lm.consume_tokens(ids) and lm.is_accepting():
+                ours.append(f"{row['id']}: {test['description']}")
+    assert not ours, ours
