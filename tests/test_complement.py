@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from matching import accepts
 
 from kaname.errors import UnsupportedSchemaError
 from kaname.grammar import GrammarCompiler, JsonSchema
@@ -124,12 +125,6 @@ def test_strings_outside_a_set(words, s):
 @pytest.fixture(scope="module")
 def compiler(gemma):
     return GrammarCompiler(gemma.tokenizer)
-
-
-def accepts(tokenizer, compiled, value: Any) -> bool:
-    m = compiled.new_matcher()
-    text = json.dumps(value, ensure_ascii=False)
-    return bool(m.consume_tokens(tokenizer.tokenize_str(text)) and m.is_accepting())
 
 
 def test_not_through_llguidance_is_exact(gemma, compiler):

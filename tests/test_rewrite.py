@@ -21,6 +21,7 @@ import pytest
 import rfc3987
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from matching import accepts
 
 from kaname.decoding import SamplingParams, decode
 from kaname.errors import UnsupportedSchemaError
@@ -185,12 +186,6 @@ def validator(schema: Any) -> Any:
 @pytest.fixture(scope="module")
 def compiler(gemma):
     return GrammarCompiler(gemma.tokenizer)
-
-
-def accepts(tokenizer, compiled, value: Any) -> bool:
-    m = compiled.new_matcher()
-    text = json.dumps(value, ensure_ascii=False)
-    return bool(m.consume_tokens(tokenizer.tokenize_str(text)) and m.is_accepting())
 
 
 def exact(gemma, compiled, schema: Any, value: Any, seen: set[bool] | None = None) -> None:
