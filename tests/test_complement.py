@@ -240,7 +240,8 @@ def test_disjoint_schemas_share_no_instance():
     @given(st.one_of(SCHEMAS, DISCRIMINATED), st.one_of(SCHEMAS, DISCRIMINATED),
            st.lists(st.one_of(INSTANCES, OBJECTS), min_size=1, max_size=10))
     def check(a, b, instances):
-        if not disjoint(a, b, lambda ref: (_ for _ in ()).throw(KeyError(ref))):
+        if not disjoint(a, b, lambda ref: (_ for _ in ()).throw(KeyError(ref)),
+                        jsonschema.Draft202012Validator):
             proven.append(False)
             return
         proven.append(True)
@@ -286,3 +287,20 @@ def test_a_finite_set_of_values_absorbs_what_stands_beside_it(gemma, compiler):
         assert accepts(gemma.tokenizer, c, value) is validator(schema).is_valid(value), value
     plain = {"type": "string", "enum": ["a", "b"]}  # nothing to absorb: left as it is
     assert rewrite_schema(plain).applied == []
+
+
+def test_before_2019_a_ref_hides_its_siblings_from_the_disjointness_proof():
+    """Draft 7: `{"$ref": S, "type": "integer"}` is S alone (jsonschema ignores the type), so
+    it overlaps a string branch when S is a string: not disjoint there, disjoint from
+    2019-09 on, where both keywords apply."""
+    from kaname.grammar.complement import disjoint
+
+    defs = {"s": {"type": "string", "maxLength": 3}}
+    a, b = {"$ref": "#/definitions/s", "type": "integer"}, {"type": "string"}
+
+    def resolve(ref: str) -> Any:
+        return defs[ref.rsplit("/", 1)[1]]
+
+    assert not disjoint(a, b, resolve, jsonschema.Draft7Validator)
+    assert jsonschema.Draft7Validator({"definitions": defs, "allOf": [a, b]}).is_valid("ab")
+    assert disjoint(a, b, resolve, jsonschema.Draft202012Validator)

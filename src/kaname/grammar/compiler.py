@@ -31,7 +31,7 @@ from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
 from .guards import Guards
 from .lark import JSON_OBJECT_SCHEMA, constraint_lark, guarded_json, start_rule
 from .rewrite import rewrite_schema
-from .schema_walk import escape, format_pointers, keyword_pointers
+from .schema_walk import escape, format_pointers, keyword_pointers, resolve_pointer
 
 T = TypeVar("T")
 
@@ -362,15 +362,10 @@ def _names_a_user_keyword(e: ConstraintError, schema: Any) -> bool:
     if not isinstance(e, UnsupportedSchemaError) or not e.keyword or not e.pointer \
             or not e.pointer.endswith("/" + escape(e.keyword)):
         return False
-    node = schema
-    for part in e.pointer.split("/")[1:]:
-        key = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            return False
+    try:
+        resolve_pointer(schema, e.pointer)
+    except (KeyError, IndexError, TypeError):
+        return False
     return True
 
 

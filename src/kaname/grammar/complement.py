@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jsonschema
+
+from .schema_walk import has_reference
 
 # Keywords that annotate and never fail an instance.
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
@@ -43,6 +44,9 @@ _ANY_CHAR = "(?s:.)"
 _MAX_CODE_POINT = 0x10FFFF
 
 Resolve = Callable[[str], Any]
+# In these dialects `$ref` overrides its sibling keywords (jsonschema ignores them).
+REF_OVERRIDES = (jsonschema.Draft3Validator, jsonschema.Draft4Validator,
+                 jsonschema.Draft6Validator, jsonschema.Draft7Validator)
 
 
 class _Refused(Exception):
@@ -62,8 +66,7 @@ class _Complement:
     def __init__(self, dialect: type[Any], resolve: Resolve):
         self.dialect = dialect
         self.resolve = resolve
-        self.ref_overrides = dialect in (jsonschema.Draft3Validator, jsonschema.Draft4Validator,
-                                         jsonschema.Draft6Validator, jsonschema.Draft7Validator)
+        self.ref_overrides = dialect in REF_OVERRIDES
 
     def of(self, schema: Any, refs: tuple[str, ...]) -> Any:
         if schema is True:
@@ -129,7 +132,7 @@ class _Complement:
         if kind not in allowed and not (kind == "number" and "integer" in allowed):
             return []
         if kind == "string":
-            return [_typed("string", b) for b in _length_complement(keyword, value)]
+            return [_typed("string", b) for b in _count_complement(keyword, value, "Length")]
         if kind == "array":
             return [_typed("array", b) for b in _count_complement(keyword, value, "Items")]
         if kind == "object":
@@ -211,7 +214,7 @@ class _Complement:
         values = [s["const"]] if "const" in s else s["enum"]
         if not isinstance(values, list):
             raise _Refused("enum that is not a list")
-        if '"$ref"' in json.dumps(s):
+        if has_reference(s):
             raise _Refused("enum beside a $ref")
         check = self.dialect(schema, format_checker=self.dialect.FORMAT_CHECKER)
         return finite_complement([v for v in values if check.is_valid(v)])
@@ -250,10 +253,6 @@ def _typed(type_: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-def _length_complement(keyword: str, value: Any) -> list[dict[str, Any]]:
-    return _count_complement(keyword, value, "Length")
 
 
 def _count_complement(keyword: str, value: Any, noun: str) -> list[dict[str, Any]]:
@@ -397,18 +396,20 @@ def _literal(ch: str) -> str:
 _MAX_REF_HOPS = 8
 
 
-def disjoint(a: Any, b: Any, resolve: Resolve, within: Any = True) -> bool:
+def disjoint(a: Any, b: Any, resolve: Resolve, dialect: type[Any],
+             within: Any = True) -> bool:
     """True when no instance of `within` (the schema around a oneOf: its `type` is read) can
     match both `a` and `b` (False: not proven). Proven by
     finite value sets without a common value; by types with no common instance type; and
     where both admit objects only there, by a property both require whose allowed values
     (`const` / `enum`) do not meet, or by a key one requires that the other forbids
     (`properties: {k: false}`, or `additionalProperties: false` without k or patterns)."""
-    a, b = _facts(a, resolve), _facts(b, resolve)
+    overrides = dialect in REF_OVERRIDES
+    a, b = _facts(a, resolve, overrides), _facts(b, resolve, overrides)
     if a is None or b is None:
         return False
     around = _facts({"type": within["type"]} if isinstance(within, dict) and "type" in within
-                    else True, resolve)
+                    else True, resolve, overrides)
     if around is not None:
         a.types &= around.types
     if a.values is not None and b.values is not None:
@@ -440,15 +441,16 @@ class _Facts:
         return self.properties.get(key) is False or (self.closed and key not in self.properties)
 
 
-def _facts(schema: Any, resolve: Resolve, hops: int = 0) -> _Facts | None:
+def _facts(schema: Any, resolve: Resolve, overrides: bool, hops: int = 0) -> _Facts | None:
     facts = _Facts()
-    if not _gather(schema, resolve, facts, hops):
+    if not _gather(schema, resolve, overrides, facts, hops):
         return None
     return facts
 
 
-def _gather(schema: Any, resolve: Resolve, f: _Facts, hops: int) -> bool:
-    """Add what `schema` asserts to `f` (a conjunction); False where it cannot be read."""
+def _gather(schema: Any, resolve: Resolve, overrides: bool, f: _Facts, hops: int) -> bool:
+    """Add what `schema` asserts to `f` (a conjunction); False where it cannot be read.
+    `overrides`: a `$ref` hides its siblings (drafts up to 7), so only its target counts."""
     if schema is True:
         return True
     if not isinstance(schema, dict):
@@ -460,8 +462,10 @@ def _gather(schema: Any, resolve: Resolve, f: _Facts, hops: int) -> bool:
             target = resolve(schema["$ref"])
         except (KeyError, IndexError, TypeError, ValueError):
             return False
-        if not _gather(target, resolve, f, hops + 1):
+        if not _gather(target, resolve, overrides, f, hops + 1):
             return False
+        if overrides:
+            return True
     t = schema.get("type")
     if t is not None:
         names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
@@ -481,13 +485,13 @@ def _gather(schema: Any, resolve: Resolve, f: _Facts, hops: int) -> bool:
     if isinstance(props, dict):
         for k, sub in props.items():
             f.properties.setdefault(k, sub)
-            sub_facts = _facts(sub, resolve, hops) if sub is not False else None
+            sub_facts = _facts(sub, resolve, overrides, hops) if sub is not False else None
             if sub_facts is not None and sub_facts.values is not None:
                 f.pinned[k] = sub_facts.values
     if schema.get("additionalProperties") is False and not schema.get("patternProperties"):
         f.closed = True
     for part in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
-        if not _gather(part, resolve, f, hops):
+        if not _gather(part, resolve, overrides, f, hops):
             return False
     return True
 

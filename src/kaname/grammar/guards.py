@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .schema_walk import escape, map_subschemas, subschemas
+from .schema_walk import escape, map_subschemas, resolve_pointer, subschemas
 
 # Narrowing inside these would widen the whole schema (`not`), or change which branch
 # matches (`oneOf`, `if`), so they are left alone.
@@ -328,7 +328,7 @@ def escape_options(schema: Any) -> tuple[dict[str, Any], list[str]]:
     from .schema_walk import keyword_pointers
 
     at = [p for k in _PATTERN_KEYWORDS for p in keyword_pointers(schema, k)
-          if _negates(_resolve(schema, p))]
+          if _negates(resolve_pointer(schema, p))]
     return ({"json_allowed_escapes": _SAFE_ESCAPES} if at else {}), at
 
 
@@ -345,14 +345,6 @@ def _negates(value: Any) -> bool:
     if isinstance(value, list):
         return any(_negates(v) for v in value)
     return False
-
-
-def _resolve(schema: Any, pointer: str) -> Any:
-    node = schema
-    for part in pointer.split("/")[1:]:
-        key = part.replace("~1", "/").replace("~0", "~")
-        node = node[int(key)] if isinstance(node, list) else node[key]
-    return node
 
 
 def _unroll_recursion(root: dict[str, Any], depth: int, applied: dict[str, Any]) -> None:

@@ -48,9 +48,9 @@ from urllib.parse import unquote
 
 import jsonschema
 
-from .complement import complement, disjoint
+from .complement import REF_OVERRIDES, complement, disjoint
 from .guards import ANY_VALUE_NAME
-from .schema_walk import escape, subschemas
+from .schema_walk import escape, has_reference, resolve_pointer, subschemas
 
 # Above these the rewrite is not made and the keyword stays refused.
 MAX_DEPENDENCY_ALTERNATIVES = 64  # product of the branches of all dependencies of one object
@@ -62,8 +62,7 @@ _INTEGER_KEYWORDS = ("maxLength", "minLength", "maxItems", "minItems", "maxPrope
 _NOT_ARRAY = ["null", "boolean", "object", "number", "string"]
 # In these dialects `$ref` overrides its sibling keywords: those are not rewritten (jsonschema
 # ignores them, and a rewrite would make llguidance enforce more of them, not the same).
-_REF_OVERRIDES = (jsonschema.Draft3Validator, jsonschema.Draft4Validator,
-                  jsonschema.Draft6Validator, jsonschema.Draft7Validator)
+_REF_OVERRIDES = REF_OVERRIDES
 
 
 @dataclass
@@ -93,14 +92,10 @@ class _Context:
 
     def resolve(self, ref: str) -> Any:
         """The subschema a local `$ref` ("#/a/b") names in the schema being rewritten."""
-        node = self.root
         fragment = unquote(ref.split("#", 1)[1])
         if fragment and not fragment.startswith("/"):
             raise KeyError(ref)  # an anchor name
-        for token in fragment.split("/")[1:]:
-            token = token.replace("~1", "/").replace("~0", "~")
-            node = node[int(token)] if isinstance(node, list) else node[token]
-        return node
+        return resolve_pointer(self.root, fragment)
 
     def complement(self, schema: Any) -> tuple[Any, str | None]:
         return complement(schema, self.dialect, self.resolve)
@@ -211,7 +206,7 @@ def _finite_values(s: dict[str, Any], pointer: str, ctx: _Context) -> bool:
     if values is None or len(values) > MAX_FINITE_VALUES:
         return False
     rest = set(s) - {"enum", "const", "type", *_ANNOTATIONS}
-    if not rest or '"$ref"' in json.dumps(s) or any(
+    if not rest or has_reference(s) or any(
             ctx.referenced(pointer, k) for k in s):
         return False
     check = ctx.dialect(s, format_checker=ctx.dialect.FORMAT_CHECKER)
@@ -537,7 +532,7 @@ def _domain(items: Any, ctx: _Context) -> list[Any] | str:
         return []
     if not isinstance(items, dict):
         return "uniqueItems over items that are not a finite set of values"
-    if any(k in json.dumps(items) for k in ('"$ref"', '"$dynamicRef"', '"$recursiveRef"')):
+    if has_reference(items):
         return "uniqueItems over items with a $ref"
     if "const" in items:
         values = [items["const"]]
@@ -759,17 +754,14 @@ def _if_then_else(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
         return
     cond = s["if"]
     then, other = s.get("then", True), s.get("else", True)
-    if then is True and other is True:
-        failing: Any = True
-    else:
+    if then is not True or other is not True:
         failing, why = ctx.complement(cond)
         if why is not None:
             ctx.refuse(pointer, "if", why)
             return
+        _add_all_of(s, {"anyOf": [{"allOf": [cond, then]}, {"allOf": [failing, other]}]})
     for k in ("if", "then", "else"):
         s.pop(k, None)
-    if then is not True or other is not True:
-        _add_all_of(s, {"anyOf": [{"allOf": [cond, then]}, {"allOf": [failing, other]}]})
     ctx.applied("if/then/else as anyOf", f"{pointer}/if")
 
 
@@ -794,21 +786,19 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
         return
     n = len(branches)
     apart = {(i, j) for i in range(n) for j in range(i + 1, n)
-             if disjoint(branches[i], branches[j], ctx.resolve, within=s)}
-    needed = {j for i in range(n) for j in range(n)
-              if i != j and (min(i, j), max(i, j)) not in apart}
+             if disjoint(branches[i], branches[j], ctx.resolve, ctx.dialect, within=s)}
+    # for each branch, the branches it may overlap (whose complements it needs beside it)
+    overlaps = [[j for j in range(n) if j != i and (min(i, j), max(i, j)) not in apart]
+                for i in range(n)]
     failing: dict[int, Any] = {}
-    for j in sorted(needed):
+    for j in sorted({j for js in overlaps for j in js}):
         f, why = ctx.complement(branches[j])
         if why is not None:
             ctx.refuse(pointer, "oneOf", why)
             return
         failing[j] = f
-    alternatives = []
-    for i, b in enumerate(branches):
-        others = [copy.deepcopy(failing[j]) for j in range(n)
-                  if j != i and (min(i, j), max(i, j)) not in apart]
-        alternatives.append({"allOf": [b, *others]} if others else b)
+    alternatives = [{"allOf": [b, *(copy.deepcopy(failing[j]) for j in js)]} if js else b
+                    for b, js in zip(branches, overlaps, strict=True)]
     del s["oneOf"]
     if "anyOf" in s:
         _add_all_of(s, {"anyOf": alternatives})

@@ -7,6 +7,7 @@ positions that hold a schema are visited.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -65,6 +66,31 @@ def map_subschemas(schema: dict[str, Any], fn: Callable[[Any], Any]) -> dict[str
             out[key] = {name: fn(item) if isinstance(item, dict | bool) else item
                         for name, item in value.items()}
     return out
+
+
+def resolve_pointer(schema: Any, pointer: str) -> Any:
+    """The value at JSON pointer `pointer` ("" or "/a/0/b", unescaped per RFC 6901) inside
+    `schema`; KeyError, IndexError or TypeError where there is none."""
+    node = schema
+    for part in pointer.split("/")[1:]:
+        key = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, list):
+            if not key.isdigit():
+                raise KeyError(pointer)
+            node = node[int(key)]
+        else:
+            node = node[key]
+    return node
+
+
+_REFERENCES = ('"$ref"', '"$dynamicRef"', '"$recursiveRef"')
+
+
+def has_reference(schema: Any) -> bool:
+    """Whether a reference keyword occurs anywhere in `schema` (a validator built on it alone
+    could not resolve it)."""
+    text = json.dumps(schema)
+    return any(k in text for k in _REFERENCES)
 
 
 def keyword_pointers(schema: Any, keyword: str) -> list[str]:
