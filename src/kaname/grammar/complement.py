@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jsonschema
 
 from .schema_walk import has_reference
+from .string_sets import strings_outside
 
 # Keywords that annotate and never fail an instance.
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
@@ -38,10 +39,9 @@ ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$commen
                          "$anchor", "definitions", "$defs", "contentMediaType",
                          "contentEncoding", "contentSchema"})
 TYPES = ("null", "boolean", "object", "array", "number", "string")
+_ALL_KINDS = frozenset({*TYPES, "integer"})  # "integer": integral numbers, "number": others
 MAX_ENUM_STRINGS = 64  # strings of one enum whose complement is written as a pattern
 MAX_BRANCHES = 64  # alternatives of one complement
-_ANY_CHAR = "(?s:.)"
-_MAX_CODE_POINT = 0x10FFFF
 
 Resolve = Callable[[str], Any]
 # In these dialects `$ref` overrides its sibling keywords (jsonschema ignores them).
@@ -53,11 +53,16 @@ class _Refused(Exception):
     """This complement cannot be built; the message says why."""
 
 
-def complement(schema: Any, dialect: type[Any], resolve: Resolve) -> tuple[Any, str | None]:
+def complement(schema: Any, dialect: type[Any], resolve: Resolve,
+               within: Iterable[str] | None = None) -> tuple[Any, str | None]:
     """(a schema accepting exactly what `schema` rejects, None) or (None, why not).
-    `resolve` maps a local `$ref` to the schema it names (KeyError when it cannot)."""
+    `resolve` maps a local `$ref` to the schema it names (KeyError when it cannot).
+    `within`: the instance kinds that matter (disjoint.KINDS: the types, with "integer" the
+    integral numbers and "number" the others); the result is exact on those and may say
+    anything of the others, so keywords that only apply to the others need no complement."""
+    kinds = frozenset(within) if within is not None else _ALL_KINDS
     try:
-        return _Complement(dialect, resolve).of(schema, ()), None
+        return _Complement(dialect, resolve).of(schema, (), kinds), None
     except _Refused as e:
         return None, str(e)
 
@@ -68,7 +73,7 @@ class _Complement:
         self.resolve = resolve
         self.ref_overrides = dialect in REF_OVERRIDES
 
-    def of(self, schema: Any, refs: tuple[str, ...]) -> Any:
+    def of(self, schema: Any, refs: tuple[str, ...], within: frozenset[str] = _ALL_KINDS) -> Any:
         if schema is True:
             return False
         if schema is False:
@@ -88,9 +93,9 @@ class _Complement:
             except (KeyError, IndexError, TypeError, ValueError) as e:
                 raise _Refused(f"a $ref that does not resolve ({ref})") from e
             if self.ref_overrides or not s:
-                return self.of(target, (*refs, ref))
+                return self.of(target, (*refs, ref), within)
             # 2019-09 on: $ref is one more conjunct beside its siblings
-            return _any_of([self.of(target, (*refs, ref)), self.of(s, refs)])
+            return _any_of([self.of(target, (*refs, ref), within), self.of(s, refs, within)])
         if "enum" in s or "const" in s:
             return self._finite(schema, s)
         branches: list[Any] = []
@@ -98,24 +103,24 @@ class _Complement:
         if types is not None:
             others = [t for t in TYPES if t not in types and not (t == "number" and "integer"
                                                                    in types)]
-            if "integer" in types and "number" not in types:
+            if "integer" in types and "number" not in types and "number" in within:
                 raise _Refused("type integer (its complement includes the non-integer "
                                "numbers)")
             if others:
                 branches.append({"type": others})
-        allowed = types or set(TYPES)
+        allowed = _kinds(types) & within
         for keyword in list(s):
             if keyword in _COMBINATORS or keyword in ("then", "else"):
                 continue
             branches += self._keyword(keyword, s, allowed, refs)
-        branches += self._combinators(s, refs)
+        branches += self._combinators(s, refs, within)
         if len(branches) > MAX_BRANCHES:
             raise _Refused(f"{len(branches)} alternatives, above the bound of {MAX_BRANCHES}")
         return _any_of(branches)
 
     # -- keywords of one instance type ---------------------------------------------------
 
-    def _keyword(self, keyword: str, s: dict[str, Any], allowed: set[str],
+    def _keyword(self, keyword: str, s: dict[str, Any], allowed: frozenset[str],
                  refs: tuple[str, ...]) -> list[Any]:
         """Instances of the keyword's type that fail it (none where that type is not
         allowed anyway: those instances already failed `type`)."""
@@ -126,18 +131,18 @@ class _Complement:
             return []
         if keyword == "uniqueItems" and value is False:
             return []
-        kind = _KIND.get(keyword)
-        if kind is None:
+        kind = _KIND.get(keyword) or _ONLY_OF.get(keyword)
+        if kind is not None and not _kinds({kind}) & allowed:
+            return []  # the instances it applies to are not asked about (or failed `type`)
+        if keyword not in _KIND:
             raise _Refused(f"{keyword!r} (its failure is not a bound llguidance has)")
-        if kind not in allowed and not (kind == "number" and "integer" in allowed):
-            return []
         if kind == "string":
             return [_typed("string", b) for b in _count_complement(keyword, value, "Length")]
         if kind == "array":
             return [_typed("array", b) for b in _count_complement(keyword, value, "Items")]
         if kind == "object":
             return self._object(keyword, s, refs)
-        numeric = "number" if "number" in allowed else "integer"
+        numeric = "number" if "number" in allowed else "integer"  # integral ones only
         return [_typed(numeric, b) for b in self._number(keyword, s)]
 
     def _number(self, keyword: str, s: dict[str, Any]) -> list[dict[str, Any]]:
@@ -179,7 +184,8 @@ class _Complement:
 
     # -- combinators -----------------------------------------------------------------------
 
-    def _combinators(self, s: dict[str, Any], refs: tuple[str, ...]) -> list[Any]:
+    def _combinators(self, s: dict[str, Any], refs: tuple[str, ...],
+                     within: frozenset[str]) -> list[Any]:
         out: list[Any] = []
         for keyword in ("allOf", "anyOf", "oneOf"):
             if keyword not in s:
@@ -187,7 +193,7 @@ class _Complement:
             parts = s[keyword]
             if not isinstance(parts, list) or not parts:
                 raise _Refused(f"{keyword} that is not a non-empty list")
-            failing = [self.of(p, refs) for p in parts]
+            failing = [self.of(p, refs, within) for p in parts]
             if keyword == "allOf":
                 out += failing
             elif keyword == "anyOf":
@@ -201,8 +207,8 @@ class _Complement:
         if "if" in s and ("then" in s or "else" in s) and "if" in self.dialect.VALIDATORS:
             cond = s["if"]
             then, other = s.get("then", True), s.get("else", True)
-            out.append(_all_of([copy.deepcopy(cond), self.of(then, refs)]))
-            out.append(_all_of([self.of(cond, refs), self.of(other, refs)]))
+            out.append(_all_of([copy.deepcopy(cond), self.of(then, refs, within)]))
+            out.append(_all_of([self.of(cond, refs, within), self.of(other, refs, within)]))
         return out
 
     # -- finite sets -----------------------------------------------------------------------
@@ -227,9 +233,25 @@ _KIND: dict[str, str] = {
     **dict.fromkeys(("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"), "number"),
     **dict.fromkeys(("minProperties", "maxProperties", "required", "properties",
                      "additionalProperties", "patternProperties"), "object"),
-    # items, contains, uniqueItems, pattern, format, multipleOf, dependencies,
-    # propertyNames...: no entry, refused
 }
+# keywords whose complement is not built, by the kind they apply to: refused only where
+# instances of that kind are asked about
+_ONLY_OF: dict[str, str] = {
+    **dict.fromkeys(("pattern", "format"), "string"),
+    **dict.fromkeys(("items", "prefixItems", "additionalItems", "contains", "minContains",
+                     "maxContains", "uniqueItems", "unevaluatedItems"), "array"),
+    "multipleOf": "number",
+    **dict.fromkeys(("propertyNames", "dependencies", "dependentRequired",
+                     "dependentSchemas", "unevaluatedProperties"), "object"),
+}
+
+
+def _kinds(types: set[str] | None) -> frozenset[str]:
+    """The instance kinds (numbers split into integral "integer" and the rest, "number")
+    that JSON Schema types admit; all of them for None."""
+    if types is None:
+        return _ALL_KINDS
+    return frozenset(types | {"integer"} if "number" in types else types)
 # keywords whose value `true` (or `{}`) asserts nothing
 _VACUOUS_WHEN_TRUE = frozenset({"items", "additionalItems", "additionalProperties",
                                 "patternProperties", "propertyNames", "unevaluatedItems",
@@ -327,197 +349,3 @@ def _number_gaps(numbers: list[int | float]) -> list[dict[str, Any]]:
     gaps.append({"type": "number", "exclusiveMinimum": numbers[-1]})
     return gaps
 
-
-def strings_outside(words: set[str]) -> str:
-    """A regex (unanchored, to be wrapped in ^...$) matching every string not in `words`:
-    walking the words' trie, a string leaves the set where it stops at a node that ends no
-    word, or goes on with a character no word continues with."""
-    trie: dict[str, Any] = {}
-    for w in words:
-        node = trie
-        for ch in w:
-            node = node.setdefault(ch, {})
-        node[""] = {}  # the end-of-word mark ("" is no character)
-    return _outside(trie)
-
-
-def _outside(node: dict[str, Any]) -> str:
-    children = sorted(k for k in node if k)
-    alternatives = [] if "" in node else [""]
-    other = _class_without(children)
-    alternatives.append(f"{other}{_ANY_CHAR}*" if other else "")
-    for ch in children:
-        alternatives.append(_literal(ch) + _outside(node[ch]))
-    alternatives = list(dict.fromkeys(alternatives))
-    if alternatives == [""]:
-        return ""
-    return "(?:" + "|".join(alternatives) + ")"
-
-
-def _class_without(chars: Sequence[str]) -> str:
-    """A character class of every code point but `chars`, as positive ranges (a negated
-    class would make kaname narrow the string escapes, guards.py)."""
-    if not chars:
-        return _ANY_CHAR
-    ranges, start = [], 0
-    for code in sorted(ord(c) for c in chars):
-        if code > start:
-            ranges.append((start, code - 1))
-        start = code + 1
-    if start <= _MAX_CODE_POINT:
-        ranges.append((start, _MAX_CODE_POINT))
-    # a range may cover the surrogates, but not end in them: they are not characters
-    ranges = [(_SURROGATE_END + 1 if _in_surrogates(a) else a,
-               _SURROGATE_START - 1 if _in_surrogates(b) else b) for a, b in ranges]
-    ranges = [(a, b) for a, b in ranges if a <= b]
-    if not ranges:
-        return ""
-    return "[" + "".join(_code(a) if a == b else f"{_code(a)}-{_code(b)}"
-                         for a, b in ranges) + "]"
-
-
-_SURROGATE_START, _SURROGATE_END = 0xD800, 0xDFFF
-
-
-def _in_surrogates(cp: int) -> bool:
-    return _SURROGATE_START <= cp <= _SURROGATE_END
-
-
-def _code(cp: int) -> str:
-    return f"\\U{cp:08X}" if cp > 0xFFFF else f"\\u{cp:04X}"
-
-
-def _literal(ch: str) -> str:
-    return _code(ord(ch))
-
-
-# -- disjointness: two schemas no instance matches both ---------------------------------------
-
-_MAX_REF_HOPS = 8
-
-
-def disjoint(a: Any, b: Any, resolve: Resolve, dialect: type[Any],
-             within: Any = True) -> bool:
-    """True when no instance of `within` (the schema around a oneOf: its `type` is read) can
-    match both `a` and `b` (False: not proven). Proven by
-    finite value sets without a common value; by types with no common instance type; and
-    where both admit objects only there, by a property both require whose allowed values
-    (`const` / `enum`) do not meet, or by a key one requires that the other forbids
-    (`properties: {k: false}`, or `additionalProperties: false` without k or patterns)."""
-    overrides = dialect in REF_OVERRIDES
-    a, b = _facts(a, resolve, overrides), _facts(b, resolve, overrides)
-    if a is None or b is None:
-        return False
-    around = _facts({"type": within["type"]} if isinstance(within, dict) and "type" in within
-                    else True, resolve, overrides)
-    if around is not None:
-        a.types &= around.types
-    if a.values is not None and b.values is not None:
-        return not any(_same(x, y) for x in a.values for y in b.values)
-    common = a.types & b.types  # instance kinds: "integer" integral numbers, "number" others
-    if not common:
-        return True
-    if common != {"object"}:
-        return False
-    for key in a.required & b.required:
-        va, vb = a.pinned.get(key), b.pinned.get(key)
-        if va is not None and vb is not None and not any(_same(x, y) for x in va for y in vb):
-            return True
-    return any(b.forbids(k) for k in a.required) or any(a.forbids(k) for k in b.required)
-
-
-class _Facts:
-    """What a schema says about the instances it admits, as far as `disjoint` reads it."""
-
-    def __init__(self) -> None:
-        self.types: set[str] = {*TYPES, "integer"}
-        self.values: list[Any] | None = None  # a finite set, from enum / const
-        self.required: set[str] = set()
-        self.pinned: dict[str, list[Any]] = {}  # property -> its finite set of values
-        self.properties: dict[str, Any] = {}
-        self.closed = False  # additionalProperties false, no patternProperties
-
-    def forbids(self, key: str) -> bool:
-        return self.properties.get(key) is False or (self.closed and key not in self.properties)
-
-
-def _facts(schema: Any, resolve: Resolve, overrides: bool, hops: int = 0) -> _Facts | None:
-    facts = _Facts()
-    if not _gather(schema, resolve, overrides, facts, hops):
-        return None
-    return facts
-
-
-def _gather(schema: Any, resolve: Resolve, overrides: bool, f: _Facts, hops: int) -> bool:
-    """Add what `schema` asserts to `f` (a conjunction); False where it cannot be read.
-    `overrides`: a `$ref` hides its siblings (drafts up to 7), so only its target counts."""
-    if schema is True:
-        return True
-    if not isinstance(schema, dict):
-        return False
-    if "$ref" in schema:
-        if hops >= _MAX_REF_HOPS or not isinstance(schema["$ref"], str):
-            return False
-        try:
-            target = resolve(schema["$ref"])
-        except (KeyError, IndexError, TypeError, ValueError):
-            return False
-        if not _gather(target, resolve, overrides, f, hops + 1):
-            return False
-        if overrides:
-            return True
-    t = schema.get("type")
-    if t is not None:
-        names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
-        if names is None:
-            return False
-        if "number" in names:
-            names.add("integer")
-        f.types &= names
-    values = [schema["const"]] if "const" in schema else schema.get("enum")
-    if isinstance(values, list):
-        f.values = values if f.values is None else [v for v in f.values
-                                                    if any(_same(v, w) for w in values)]
-        f.types &= {_type_of(v) for v in values}
-    if isinstance(schema.get("required"), list):
-        f.required |= {k for k in schema["required"] if isinstance(k, str)}
-    props = schema.get("properties")
-    if isinstance(props, dict):
-        for k, sub in props.items():
-            f.properties.setdefault(k, sub)
-            sub_facts = _facts(sub, resolve, overrides, hops) if sub is not False else None
-            if sub_facts is not None and sub_facts.values is not None:
-                f.pinned[k] = sub_facts.values
-    if schema.get("additionalProperties") is False and not schema.get("patternProperties"):
-        f.closed = True
-    for part in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
-        if not _gather(part, resolve, overrides, f, hops):
-            return False
-    return True
-
-
-def _type_of(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
-        return "integer"  # the integral numbers; "number" stands for the others
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return "array" if isinstance(v, list) else "object"
-
-
-def _same(x: Any, y: Any) -> bool:
-    """JSON Schema equality: 1 == 1.0, true != 1."""
-    if isinstance(x, bool) or isinstance(y, bool):
-        return type(x) is type(y) and x == y
-    if _is_number(x) and _is_number(y):
-        return bool(x == y)
-    if isinstance(x, list) and isinstance(y, list):
-        return len(x) == len(y) and all(_same(p, q) for p, q in zip(x, y, strict=True))
-    if isinstance(x, dict) and isinstance(y, dict):
-        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
-    return type(x) is type(y) and x == y

@@ -42,15 +42,19 @@ import copy
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 import jsonschema
 
-from .complement import REF_OVERRIDES, complement, disjoint
+from .complement import REF_OVERRIDES, complement
+from .disjoint import KINDS, admitted_kinds, disjoint, kinds_of, type_of_kinds, vacuous_kinds
 from .guards import ANY_VALUE_NAME
+from .intersect import Intersection
 from .schema_walk import escape, has_reference, resolve_pointer, subschemas
+from .string_sets import pattern_without
 
 # Above these the rewrite is not made and the keyword stays refused.
 MAX_DEPENDENCY_ALTERNATIVES = 64  # product of the branches of all dependencies of one object
@@ -97,8 +101,24 @@ class _Context:
             raise KeyError(ref)  # an anchor name
         return resolve_pointer(self.root, fragment)
 
-    def complement(self, schema: Any) -> tuple[Any, str | None]:
-        return complement(schema, self.dialect, self.resolve)
+    def complement(self, schema: Any, within: Any = None) -> tuple[Any, str | None]:
+        return complement(schema, self.dialect, self.resolve, within)
+
+    def valid(self, value: Any, schema: Any) -> bool | None:
+        """Whether jsonschema (the post-check's validator) accepts `value` for `schema`, a
+        subschema whose references name the root's definitions; None where it cannot
+        tell."""
+        wrapper = {k: self.root[k] for k in ("$schema", "definitions", "$defs")
+                   if k in self.root}
+        wrapper["allOf"] = [schema]
+        try:
+            check = self.dialect(wrapper, format_checker=self.dialect.FORMAT_CHECKER)
+            return bool(check.is_valid(value))
+        except Exception:  # an unresolvable reference, a schema jsonschema refuses
+            return None
+
+    def intersection(self, a: Any, b: Any) -> Any | None:
+        return Intersection(self.resolve, self.dialect, self.valid).of(a, b)
 
     def applied(self, rule: str, pointer: str) -> None:
         self.out.applied.append((rule, pointer or "/"))
@@ -136,7 +156,7 @@ def rewrite_schema(schema: Any) -> Rewritten:
     result = Rewritten(out)
     if not isinstance(out, dict):
         return result
-    nodes = list(subschemas(out))
+    nodes = _nodes(out)
     dialect = dialect_of(schema)
     ctx = _Context(dialect, _ref_fragments(out),
                    any(dialect_of(s) is not dialect for p, s in nodes if p and "$schema" in s),
@@ -154,10 +174,36 @@ def rewrite_schema(schema: Any) -> Rewritten:
         _contains(s, pointer, ctx)  # before uniqueItems, which refuses next to contains
         _unique_items(s, pointer, ctx)
         _property_names(s, pointer, ctx)
+        _names_out_of_patterns(s, pointer, ctx)
         _not(s, pointer, ctx)
         _if_then_else(s, pointer, ctx)
         _one_of(s, pointer, ctx)
+        _implied_type(s, pointer, ctx)
     return result
+
+
+def _nodes(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every subschema with its pointer, depth first, then the subtrees of `$ref` targets
+    the walk does not reach (a schema kept under a key that is no keyword, `#/paypal/...`):
+    they are rewritten like the rest, as what they are is read through the reference."""
+    nodes = list(subschemas(schema))
+    seen = {id(node) for _, node in nodes}
+    pending = _ref_fragments(schema)
+    while pending:
+        fragment = unquote(pending.pop())
+        if fragment and not fragment.startswith("/"):
+            continue  # an anchor name
+        try:
+            target = resolve_pointer(schema, fragment)
+        except (KeyError, IndexError, TypeError):
+            continue
+        if not isinstance(target, dict) or id(target) in seen:
+            continue
+        found = list(subschemas(target, fragment))
+        nodes += [(p, n) for p, n in found if id(n) not in seen]
+        seen |= {id(n) for _, n in found}
+        pending += _ref_fragments(target)
+    return nodes
 
 
 def _ref_fragments(schema: Any) -> list[str]:
@@ -767,12 +813,16 @@ def _if_then_else(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
 
 def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     """`oneOf: [A1..An]` -> `anyOf` over i of `allOf: [Ai, complement of each Aj that Ai is
-    not proven disjoint from]` (just `anyOf: [A1..An]` where every pair is).
+    not proven disjoint from]` (just `anyOf: [A1..An]` where every pair is), beside a `type`
+    that leaves out the kinds of instance two branches accept whole.
 
     Exact: an instance is valid when it matches exactly one branch, that is, for some i it
-    matches Ai and no other; a branch disjoint from Ai (complement.disjoint: no common type,
-    finite value sets or a required discriminator that do not meet, a required key the other
-    forbids) cannot match beside it, so its complement is implied there. Refused above
+    matches Ai and no other. An instance of a kind two branches accept whole (no keyword of
+    theirs applies to it: `required` to a string) matches both, so that kind is left out
+    (disjoint.vacuous_kinds). Among the kinds left, a branch disjoint from Ai
+    (disjoint.disjoint: no common kind, finite value sets or a required key whose value
+    schemas do not meet) cannot match beside it, so its complement is implied there; the
+    complement of Aj needs to be exact only on the kinds Ai admits. Refused above
     MAX_ONE_OF_BRANCHES branches, where a needed complement cannot be built, or where a `$ref`
     points into the keyword. llguidance proves some oneOfs exclusive by itself: those stay
     as they are."""
@@ -785,26 +835,48 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
                                      f"{MAX_ONE_OF_BRANCHES}")
         return
     n = len(branches)
+    around = kinds_of(s["type"]) if "type" in s else set(KINDS)
+    whole = [vacuous_kinds(b, ctx.resolve, ctx.dialect) for b in branches]
+    shared = {k for k in around or () if sum(k in w for w in whole) >= 2}
+    if len(shared & {"integer", "number"}) == 1:
+        shared -= {"integer", "number"}  # `type` cannot leave out one half of the numbers
+    kinds = (around or set(KINDS)) - shared
+    required: list[str] = [k for k in s.get("required") or () if isinstance(k, str)] \
+        if isinstance(s.get("required"), list) else []
     apart = {(i, j) for i in range(n) for j in range(i + 1, n)
-             if disjoint(branches[i], branches[j], ctx.resolve, ctx.dialect, within=s)}
-    # for each branch, the branches it may overlap (whose complements it needs beside it)
-    overlaps = [[j for j in range(n) if j != i and (min(i, j), max(i, j)) not in apart]
-                for i in range(n)]
-    failing: dict[int, Any] = {}
-    for j in sorted({j for js in overlaps for j in js}):
-        f, why = ctx.complement(branches[j])
-        if why is not None:
-            ctx.refuse(pointer, "oneOf", why)
-            return
-        failing[j] = f
-    alternatives = [{"allOf": [b, *(copy.deepcopy(failing[j]) for j in js)]} if js else b
-                    for b, js in zip(branches, overlaps, strict=True)]
+             if disjoint(branches[i], branches[j], ctx.resolve, ctx.dialect, within=kinds,
+                         required=required)}
+    alternatives: list[Any] = []
+    for i, branch in enumerate(branches):
+        overlapping = [j for j in range(n) if j != i and (min(i, j), max(i, j)) not in apart]
+        if not overlapping:
+            alternatives.append(branch)
+            continue
+        own = _kinds_admitted(branch, ctx) & kinds
+        parts = [branch]
+        for j in overlapping:
+            failing, why = ctx.complement(branches[j], own)
+            if why is not None:
+                ctx.refuse(pointer, "oneOf", why)
+                return
+            parts.append(failing)
+        alternatives.append({"allOf": copy.deepcopy(parts)})
     del s["oneOf"]
+    if shared:
+        kept = type_of_kinds(kinds)
+        _add_all_of(s, {"type": kept} if kept else False)
     if "anyOf" in s:
         _add_all_of(s, {"anyOf": alternatives})
     else:  # in place: llguidance reads a sibling anyOf without an intersection
         s["anyOf"] = alternatives
     ctx.applied("oneOf as anyOf of exclusive branches", f"{pointer}/oneOf")
+
+
+def _kinds_admitted(schema: Any, ctx: _Context) -> set[str]:
+    """The kinds of instance `schema` may admit (all where its `type` is not read)."""
+    if isinstance(schema, dict) and "type" in schema:
+        return kinds_of(schema["type"]) or set(KINDS)
+    return set(KINDS)
 
 
 def _llguidance_proves_exclusive(branches: list[Any], ctx: _Context) -> bool:
@@ -818,3 +890,67 @@ def _llguidance_proves_exclusive(branches: list[Any], ctx: _Context) -> bool:
         return _builds(_json_body(probe, {}))
     except Exception:  # any failure to build means "not by itself"
         return False
+
+
+# --- 9. intersections llguidance would make through a recursive reference ----------------
+
+
+def _names_out_of_patterns(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """A property a `patternProperties` regex also matches -> the property's schema made the
+    intersection of the two (intersect.py), and the regex rewritten without the property's
+    name (string_sets.pattern_without).
+
+    Exact: jsonschema validates such a property against both schemas; afterwards it meets
+    one schema that accepts exactly what both did, and the regex still matches every other
+    name it matched. Made only where a `$ref` is in one of the two (llguidance intersects
+    the others itself, but not through a recursive reference), and only where every such
+    intersection and regex can be built; left as it is where a `$ref` points into the
+    properties or patterns."""
+    props, patterns = s.get("properties"), s.get("patternProperties")
+    if not isinstance(props, dict) or not isinstance(patterns, dict) or not patterns \
+            or ctx.referenced(pointer, "properties") \
+            or ctx.referenced(pointer, "patternProperties"):
+        return
+    named: dict[str, list[str]] = {}
+    for regex in patterns:
+        try:
+            names = [k for k in props if re.search(regex, k)]  # as jsonschema matches them
+        except re.error:
+            return
+        if names:
+            named[regex] = names
+    if not any(has_reference(props[k]) or has_reference(patterns[regex])
+               for regex, names in named.items() for k in names):
+        return
+    merged = dict(props)
+    renamed: dict[str, str] = {}
+    for regex, names in named.items():
+        narrower = pattern_without(regex, names)
+        if narrower is None or narrower in patterns:
+            return
+        renamed[regex] = narrower
+        for k in names:
+            meet = ctx.intersection(merged[k], patterns[regex])
+            if meet is None:
+                return
+            merged[k] = meet
+    s["properties"] = merged
+    s["patternProperties"] = {renamed.get(r, r): v for r, v in patterns.items()}
+    ctx.applied("properties out of the patternProperties they match",
+                f"{pointer}/patternProperties")
+
+
+def _implied_type(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """A `type` beside an `anyOf` whose every branch admits only those types -> dropped.
+
+    Exact: the `type` rejects nothing the `anyOf` accepts. llguidance intersects keywords
+    beside an `anyOf` with each branch, which fails through a recursive reference."""
+    branches = s.get("anyOf")
+    if not isinstance(branches, list) or not branches or "type" not in s:
+        return
+    kinds = kinds_of(s["type"])
+    if kinds is None or not all(admitted_kinds(b, ctx.resolve, ctx.dialect) <= kinds
+                                for b in branches):
+        return
+    del s["type"]
+    ctx.applied("type implied by anyOf", f"{pointer}/type")

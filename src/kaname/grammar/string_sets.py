@@ -1,0 +1,167 @@
+"""Sets of strings written as regexes: every string outside a finite set, and a pattern with
+some names taken out.
+
+Both are written with positive character ranges only (a negated class would make kaname
+narrow the string escapes, guards.py) and never with look-around, which llguidance lacks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+Ranges = list[tuple[int, int]]  # sorted, disjoint, inclusive code point ranges
+
+_SURROGATE_START, _SURROGATE_END = 0xD800, 0xDFFF
+_MAX_CODE_POINT = 0x10FFFF
+CHARACTERS: Ranges = [(0, _MAX_CODE_POINT)]
+_ANY_CHAR = "(?s:.)"
+
+
+def strings_outside(words: Iterable[str], alphabet: Ranges | None = None) -> str:
+    """A regex (unanchored, to be wrapped in ^...$) matching every string of characters from
+    `alphabet` (all characters by default) that is not in `words`: walking the words' trie, a
+    string leaves the set where it stops at a node that ends no word, or goes on with a
+    character no word continues with."""
+    letters = CHARACTERS if alphabet is None else alphabet
+    trie: dict[str, Any] = {}
+    for w in words:
+        if not all(_member(ord(ch), letters) for ch in w):
+            continue  # not a string over the alphabet: nothing to take out
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}  # the end-of-word mark ("" is no character)
+    rest = _ANY_CHAR if alphabet is None else _class(letters)
+    return _outside(trie, letters, rest)
+
+
+def _outside(node: dict[str, Any], letters: Ranges, rest: str) -> str:
+    children = sorted(k for k in node if k)
+    alternatives = [] if "" in node else [""]
+    other = _class(_minus(letters, [ord(c) for c in children]))
+    alternatives.append(f"{other}{rest}*" if other else "")
+    for ch in children:
+        alternatives.append(_code(ord(ch)) + _outside(node[ch], letters, rest))
+    alternatives = list(dict.fromkeys(alternatives))
+    if alternatives == [""]:
+        return ""
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def pattern_without(pattern: str, names: Iterable[str]) -> str | None:
+    """A regex matching what `pattern` matches (searched, as JSON Schema does) except
+    `names`, or None where `pattern` is not one this can read: one that matches every string,
+    or a class repeated over the whole string (`^[a-z0-9_]*$`, `^([A-Z])+$`)."""
+    names = set(names)
+    if matches_everything(pattern):
+        return "^" + strings_outside(names) + "$"
+    repeated = _repeated_class(pattern)
+    if repeated is None:
+        return None
+    letters, at_least_one = repeated
+    if at_least_one:
+        names.add("")
+    return "^" + strings_outside(names, letters) + "$"
+
+
+def matches_everything(pattern: str) -> bool:
+    """Whether a search for `pattern` succeeds in every string: it matches the empty string
+    and nothing in it looks at what follows (no `$`, no boundary, no look-around), so its
+    empty match at the start of any string stands."""
+    if any(t in pattern for t in ("$", "\\Z", "\\z", "\\b", "\\B", "(?=", "(?!", "(?<")):
+        return False
+    try:
+        return re.search(pattern, "") is not None
+    except re.error:
+        return False
+
+
+_REPEATED = re.compile(r"\^(?:\((?:\?:)?)?\[((?:\\.|[^\]\\])+)\](?:\))?([*+])\$")
+
+
+def _repeated_class(pattern: str) -> tuple[Ranges, bool] | None:
+    """(the class's characters, whether at least one is needed) for `^[C]*$`, `^[C]+$` and the
+    same with the class in a group; None otherwise, or where the class holds anything but
+    characters, ranges and escaped punctuation (`\\w`, `\\d`, `\\s` read differently by
+    different regex engines)."""
+    m = _REPEATED.fullmatch(pattern)
+    if m is None or m.group(1).startswith("^"):
+        return None
+    items: list[tuple[int, bool]] = []  # (code point, written escaped)
+    body = m.group(1)
+    i = 0
+    while i < len(body):
+        if body[i] == "\\":
+            if i + 1 >= len(body) or body[i + 1].isalnum():
+                return None
+            items.append((ord(body[i + 1]), True))
+            i += 2
+        elif body[i] == "[":
+            return None  # a POSIX class or a nested set
+        else:
+            items.append((ord(body[i]), False))
+            i += 1
+    codes: list[int] = []
+    i = 0
+    while i < len(items):
+        if i + 2 < len(items) and items[i + 1] == (ord("-"), False):
+            lo, hi = items[i][0], items[i + 2][0]
+            if lo > hi:
+                return None
+            codes.extend(range(lo, hi + 1))
+            i += 3
+        else:
+            codes.append(items[i][0])
+            i += 1
+    return _ranges(codes), m.group(2) == "+"
+
+
+def _ranges(codes: Sequence[int]) -> Ranges:
+    out: Ranges = []
+    for c in sorted(set(codes)):
+        if out and c == out[-1][1] + 1:
+            out[-1] = (out[-1][0], c)
+        else:
+            out.append((c, c))
+    return out
+
+
+def _member(code: int, letters: Ranges) -> bool:
+    return any(a <= code <= b for a, b in letters)
+
+
+def _minus(letters: Ranges, codes: Sequence[int]) -> Ranges:
+    out: Ranges = []
+    taken = sorted(set(codes))
+    for a, b in letters:
+        start = a
+        for c in taken:
+            if start <= c <= b:
+                if c > start:
+                    out.append((start, c - 1))
+                start = c + 1
+        if start <= b:
+            out.append((start, b))
+    return out
+
+
+def _class(letters: Ranges) -> str:
+    """A character class of `letters` ("" where there are none). A range may cover the
+    surrogates, but not end in them: they are not characters."""
+    letters = [(_SURROGATE_END + 1 if _in_surrogates(a) else a,
+                _SURROGATE_START - 1 if _in_surrogates(b) else b) for a, b in letters]
+    letters = [(a, b) for a, b in letters if a <= b]
+    if not letters:
+        return ""
+    return "[" + "".join(_code(a) if a == b else f"{_code(a)}-{_code(b)}"
+                         for a, b in letters) + "]"
+
+
+def _in_surrogates(cp: int) -> bool:
+    return _SURROGATE_START <= cp <= _SURROGATE_END
+
+
+def _code(cp: int) -> str:
+    return f"\\U{cp:08X}" if cp > 0xFFFF else f"\\u{cp:04X}"
