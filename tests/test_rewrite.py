@@ -487,10 +487,32 @@ def test_dependencies_compile_and_are_exact(gemma, schema, keyword, guards):
 
 
 def test_dependencies_a_dialect_does_not_define_stay_refused(compiler):
-    """Draft 2020-12 has no `dependencies` (jsonschema ignores it there): it is not guessed."""
+    """A schema that names draft 2020-12 has no `dependencies` (jsonschema ignores it
+    there): it is not guessed at."""
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+              "dependencies": {"a": ["b"]}}
     with pytest.raises(UnsupportedSchemaError) as e:
-        compiler.compile(JsonSchema({"type": "object", "dependencies": {"a": ["b"]}}))
+        compiler.compile(JsonSchema(schema))
     assert (e.value.keyword, e.value.pointer) == ("dependencies", "/dependencies")
+
+
+def test_a_schema_without_dollar_schema_using_dependencies_is_read_as_draft_7(gemma, compiler):
+    """No `$schema`, `dependencies` and none of 2019-09's keywords: the author wrote draft 7,
+    so the schema is enforced and post-checked as draft 7 (dialect.py); one 2019-09 keyword
+    beside it keeps the default, 2020-12, where `dependencies` stays refused."""
+    from kaname.grammar.dialect import dialect_of
+
+    schema = {"type": "object", "properties": {"a": {}, "b": {}},
+              "dependencies": {"a": ["b"]}}
+    assert dialect_of(schema) is jsonschema.Draft7Validator
+    c = compiler.compile(JsonSchema(schema))
+    for value, ok in [({"a": 1, "b": 2}, True), ({"b": 2}, True), ({"a": 1}, False)]:
+        assert accepts(gemma.tokenizer, c, value) is ok, value
+        assert c.validate(json.dumps(value)) is ok, value
+    newer = {**schema, "$defs": {}}
+    assert dialect_of(newer) is jsonschema.Draft202012Validator
+    with pytest.raises(UnsupportedSchemaError):
+        compiler.compile(JsonSchema(newer))
 
 
 def test_too_many_dependencies_stay_refused_with_pointer_and_reason(compiler):

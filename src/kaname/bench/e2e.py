@@ -84,7 +84,7 @@ def paired_diff(a: Sequence[float | None], b: Sequence[float | None]) -> float |
 
 def valid_output(text: str, schema: dict[str, Any], finish_reason: str) -> bool:
     """jsonschema (formats checked) on the output; a cut-off output is invalid."""
-    import jsonschema
+    from ..grammar.dialect import dialect_of
 
     if finish_reason != "stop":
         return False
@@ -92,7 +92,7 @@ def valid_output(text: str, schema: dict[str, Any], finish_reason: str) -> bool:
         value = json.loads(text)
     except ValueError:
         return False
-    cls = jsonschema.validators.validator_for(schema)
+    cls = dialect_of(schema)
     return bool(cls(schema, format_checker=cls.FORMAT_CHECKER).is_valid(value))
 
 

@@ -28,6 +28,7 @@ from ..errors import (
     UnsupportedSchemaError,
 )
 from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
+from .dialect import dialect_of
 from .guards import Guards
 from .lark import JSON_OBJECT_SCHEMA, constraint_lark, guarded_json, start_rule
 from .rewrite import rewrite_schema
@@ -79,7 +80,7 @@ class CompiledConstraint:
         if isinstance(self.constraint, JsonObject):
             return isinstance(value, dict)
         if self._validator is None:
-            cls = jsonschema.validators.validator_for(self.schema)
+            cls = dialect_of(self.schema)
             self._validator = cls(self.schema, format_checker=cls.FORMAT_CHECKER)
         return bool(self._validator.is_valid(value))
 
@@ -291,7 +292,7 @@ def _plain(schema: Any) -> Any:
 
 
 def _check_metaschema(schema: Any) -> None:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls = dialect_of(schema)
     error = jsonschema.exceptions.best_match(cls(cls.META_SCHEMA).iter_errors(schema))
     if error is not None:
         pointer = "".join(f"/{escape(str(p))}" for p in error.absolute_path)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jsonschema
 
 from .schema_walk import has_reference
-from .string_sets import strings_outside
+from .string_sets import matches_everything, pattern_complement, strings_outside
 
 # Keywords that annotate and never fail an instance.
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment",
@@ -44,6 +45,10 @@ MAX_ENUM_STRINGS = 64  # strings of one enum whose complement is written as a pa
 MAX_BRANCHES = 64  # alternatives of one complement
 
 Resolve = Callable[[str], Any]
+# Marks a schema built as the complement of the schema it holds (rewrite.py's `not`), so that
+# the complement of that is the schema itself, not a complement built twice. Rewriting
+# removes the marks before compiling.
+NEGATES = "x-kaname-negates"
 # In these dialects `$ref` overrides its sibling keywords (jsonschema ignores them).
 REF_OVERRIDES = (jsonschema.Draft3Validator, jsonschema.Draft4Validator,
                  jsonschema.Draft6Validator, jsonschema.Draft7Validator)
@@ -74,6 +79,8 @@ class _Complement:
         self.ref_overrides = dialect in REF_OVERRIDES
 
     def of(self, schema: Any, refs: tuple[str, ...], within: frozenset[str] = _ALL_KINDS) -> Any:
+        if isinstance(schema, dict) and NEGATES in schema:
+            return copy.deepcopy(schema[NEGATES])  # the complement of a complement
         if schema is True:
             return False
         if schema is False:
@@ -134,6 +141,10 @@ class _Complement:
         kind = _KIND.get(keyword) or _ONLY_OF.get(keyword)
         if kind is not None and not _kinds({kind}) & allowed:
             return []  # the instances it applies to are not asked about (or failed `type`)
+        if keyword == "pattern" and isinstance(value, str):
+            return self._pattern(value)
+        if keyword == "propertyNames":
+            return self._names(value, refs)
         if keyword not in _KIND:
             raise _Refused(f"{keyword!r} (its failure is not a bound llguidance has)")
         if kind == "string":
@@ -144,6 +155,24 @@ class _Complement:
             return self._object(keyword, s, refs)
         numeric = "number" if "number" in allowed else "integer"  # integral ones only
         return [_typed(numeric, b) for b in self._number(keyword, s)]
+
+    def _names(self, names: Any, refs: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Objects with a key that fails `names`: where the strings failing it are a finite
+        set, an object having one of them."""
+        failing = _strings_of(self.of(names, refs, frozenset({"string"})))
+        if failing is None:
+            raise _Refused("propertyNames (its failure is some key failing, and the names "
+                           "that fail it are not a finite set)")
+        return [_typed("object", {"required": [k]}) for k in failing]
+
+    def _pattern(self, pattern: str) -> list[dict[str, Any]]:
+        if matches_everything(pattern):
+            return []  # no string fails it
+        failing = pattern_complement(pattern)
+        if failing is None:
+            raise _Refused("'pattern' (its complement is built only for a character class "
+                           "repeated over the whole string)")
+        return [{"type": "string", "pattern": failing}]
 
     def _number(self, keyword: str, s: dict[str, Any]) -> list[dict[str, Any]]:
         value = s[keyword]
@@ -267,6 +296,46 @@ def _types(t: Any) -> set[str] | None:
     if not isinstance(names, list) or not all(n in (*TYPES, "integer") for n in names):
         raise _Refused(f"type {t!r}")
     return set(names)
+
+
+MAX_MARK_CHARS = 50_000  # nested marks copy what they negate: bounded, as marks are a shortcut
+
+
+def negating(failing: Any, negated: Any) -> Any:
+    """`failing` (the complement of `negated`) marked as such (unmarked if `negated` is
+    large)."""
+    if len(json.dumps(negated)) > MAX_MARK_CHARS:
+        return failing
+    base = dict(failing) if isinstance(failing, dict) else {"allOf": [failing]}
+    base[NEGATES] = copy.deepcopy(negated)
+    return base
+
+
+def _strings_of(schema: Any) -> list[str] | None:
+    """The strings `schema` (exact on strings only) accepts, where it plainly lists them
+    (enum / const, an anyOf of such, `false`); None otherwise."""
+    if schema is False:
+        return []
+    if not isinstance(schema, dict):
+        return None
+    if set(schema) <= {"anyOf"} and isinstance(schema.get("anyOf"), list):
+        found: list[str] = []
+        for branch in schema["anyOf"]:
+            more = _strings_of(branch)
+            if more is None:
+                return None
+            found += more
+        return list(dict.fromkeys(found))
+    rest = set(schema) - {"type", "enum", "const"}
+    if rest or not ("enum" in schema or "const" in schema):
+        return None
+    values = [schema["const"]] if "const" in schema else schema["enum"]
+    if not isinstance(values, list):
+        return None
+    t = schema.get("type", "string")
+    if t != "string" and not (isinstance(t, list) and "string" in t):
+        return []
+    return [v for v in dict.fromkeys(v for v in values if isinstance(v, str))]
 
 
 def _typed(type_: str, schema: dict[str, Any]) -> dict[str, Any]:

@@ -49,7 +49,8 @@ from urllib.parse import unquote
 
 import jsonschema
 
-from .complement import REF_OVERRIDES, complement
+from .complement import NEGATES, REF_OVERRIDES, complement, negating
+from .dialect import dialect_of
 from .disjoint import KINDS, admitted_kinds, disjoint, kinds_of, type_of_kinds, vacuous_kinds
 from .guards import ANY_VALUE_NAME
 from .intersect import Intersection
@@ -142,13 +143,6 @@ class _Context:
         return keyword in self.dialect.VALIDATORS
 
 
-def dialect_of(schema: Any) -> type[Any]:
-    """The jsonschema validator class the post-check uses for `schema`."""
-    cls: type[Any] = jsonschema.validators.validator_for(
-        schema, default=jsonschema.Draft202012Validator)
-    return cls
-
-
 def rewrite_schema(schema: Any) -> Rewritten:
     """An equivalent copy of `schema` that llguidance can compile more of (see the module
     docstring); `schema` itself is not modified."""
@@ -179,7 +173,20 @@ def rewrite_schema(schema: Any) -> Rewritten:
         _if_then_else(s, pointer, ctx)
         _one_of(s, pointer, ctx)
         _implied_type(s, pointer, ctx)
+    if result.changed:
+        _unmark(out)
     return result
+
+
+def _unmark(node: Any) -> None:
+    """Remove the complement marks (complement.NEGATES) the `not` rewrite left."""
+    if isinstance(node, dict):
+        node.pop(NEGATES, None)
+        for v in node.values():
+            _unmark(v)
+    elif isinstance(node, list):
+        for v in node:
+            _unmark(v)
 
 
 def _nodes(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -783,8 +790,7 @@ def _not(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     if why is not None:
         ctx.refuse(pointer, "not", why)
         return
-    del s["not"]
-    _add_all_of(s, failing)
+    _add_all_of(s, negating(failing, s.pop("not")))
     ctx.applied("not as its complement", f"{pointer}/not")
 
 

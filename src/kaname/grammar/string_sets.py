@@ -7,6 +7,7 @@ narrow the string escapes, guards.py) and never with look-around, which llguidan
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -66,6 +67,35 @@ def pattern_without(pattern: str, names: Iterable[str]) -> str | None:
     return "^" + strings_outside(names, letters) + "$"
 
 
+def pattern_complement(pattern: str) -> str | None:
+    """A regex matching exactly the strings in which a search for `pattern` fails, for a
+    class repeated over the whole string (`^[C]*$`, `^[C]+$`); None for other patterns.
+
+    Read as jsonschema (Python's `re`) reads it, where `$` also matches before a final
+    newline: "ab\n" matches `^[a-z]+$`, so the complement leaves out C+ followed by one
+    newline. A failing string is empty (for `+`), or has a first character outside C that
+    is not a newline, or is that newline with more after it (or alone, for `+`)."""
+    repeated = _repeated_class(pattern)
+    if repeated is None:
+        return None
+    letters, at_least_one = repeated
+    inside = _class(letters)
+    if _member(ord("\n"), letters):
+        # a newline is in C: only characters outside C fail it
+        outside = _class(_minus_ranges(CHARACTERS, letters))
+        alternatives = [f"{inside}*{outside}{_ANY_CHAR}*"] if outside else []
+    else:
+        other = _class(_minus(_minus_ranges(CHARACTERS, letters), [ord("\n")]))
+        alternatives = [f"{inside}*{other}{_ANY_CHAR}*", f"{inside}*\\n{_ANY_CHAR}+"]
+        if at_least_one:
+            alternatives.append("\\n")
+    if at_least_one:
+        alternatives.append("")
+    if not alternatives:
+        return None
+    return "^(?:" + "|".join(alternatives) + ")$"
+
+
 def matches_everything(pattern: str) -> bool:
     """Whether a search for `pattern` succeeds in every string: it matches the empty string
     and nothing in it looks at what follows (no `$`, no boundary, no look-around), so its
@@ -84,25 +114,34 @@ _REPEATED = re.compile(r"\^(?:\((?:\?:)?)?\[((?:\\.|[^\]\\])+)\](?:\))?([*+])\$"
 def _repeated_class(pattern: str) -> tuple[Ranges, bool] | None:
     """(the class's characters, whether at least one is needed) for `^[C]*$`, `^[C]+$` and the
     same with the class in a group; None otherwise, or where the class holds anything but
-    characters, ranges and escaped punctuation (`\\w`, `\\d`, `\\s` read differently by
-    different regex engines)."""
+    characters, ranges, escaped punctuation and `\\d` / `\\s` / `\\w` (and their negations),
+    which are read as Python's `re` reads them, like the post-check."""
     m = _REPEATED.fullmatch(pattern)
     if m is None or m.group(1).startswith("^"):
         return None
     items: list[tuple[int, bool]] = []  # (code point, written escaped)
+    shorthand: Ranges = []  # what \\d, \\s, \\w... in the class stand for
     body = m.group(1)
     i = 0
     while i < len(body):
         if body[i] == "\\":
-            if i + 1 >= len(body) or body[i + 1].isalnum():
+            if i + 1 >= len(body):
                 return None
-            items.append((ord(body[i + 1]), True))
+            if body[i + 1] in _SHORTHANDS:
+                shorthand.extend(_shorthand(body[i + 1]))
+            elif body[i + 1].isalnum():
+                return None
+            else:
+                items.append((ord(body[i + 1]), True))
             i += 2
         elif body[i] == "[":
             return None  # a POSIX class or a nested set
         else:
             items.append((ord(body[i]), False))
             i += 1
+    dashes = [j for j, item in enumerate(items) if item == (ord("-"), False)]
+    if shorthand and any(0 < j < len(items) - 1 for j in dashes):
+        return None  # a range beside a shorthand: where the shorthand stood is lost here
     codes: list[int] = []
     i = 0
     while i < len(items):
@@ -115,7 +154,29 @@ def _repeated_class(pattern: str) -> tuple[Ranges, bool] | None:
         else:
             codes.append(items[i][0])
             i += 1
-    return _ranges(codes), m.group(2) == "+"
+    return _union(_ranges(codes), shorthand), m.group(2) == "+"
+
+
+_SHORTHANDS = "dDsSwW"
+
+
+@functools.cache
+def _shorthand(letter: str) -> tuple[tuple[int, int], ...]:
+    """The characters `\\<letter>` stands for, as jsonschema's regex engine (Python's `re`,
+    Unicode-aware) reads it: every code point is asked once."""
+    regex = re.compile("\\" + letter)
+    return tuple(_ranges([c for c in range(_MAX_CODE_POINT + 1)
+                          if not _in_surrogates(c) and regex.match(chr(c))]))
+
+
+def _union(a: Ranges, b: Iterable[tuple[int, int]]) -> Ranges:
+    merged: Ranges = []
+    for lo, hi in sorted([*a, *b]):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged
 
 
 def _ranges(codes: Sequence[int]) -> Ranges:
@@ -142,6 +203,21 @@ def _minus(letters: Ranges, codes: Sequence[int]) -> Ranges:
                 if c > start:
                     out.append((start, c - 1))
                 start = c + 1
+        if start <= b:
+            out.append((start, b))
+    return out
+
+
+def _minus_ranges(letters: Ranges, taken: Ranges) -> Ranges:
+    out: Ranges = []
+    for a, b in letters:
+        start = a
+        for c, d in taken:
+            if d < start or c > b:
+                continue
+            if c > start:
+                out.append((start, c - 1))
+            start = max(start, d + 1)
         if start <= b:
             out.append((start, b))
     return out
