@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -59,15 +60,20 @@ class _Refused(Exception):
 
 
 def complement(schema: Any, dialect: type[Any], resolve: Resolve,
-               within: Iterable[str] | None = None) -> tuple[Any, str | None]:
+               within: Iterable[str] | None = None,
+               keys: Iterable[str] | None = None) -> tuple[Any, str | None]:
     """(a schema accepting exactly what `schema` rejects, None) or (None, why not).
     `resolve` maps a local `$ref` to the schema it names (KeyError when it cannot).
     `within`: the instance kinds that matter (disjoint.KINDS: the types, with "integer" the
     integral numbers and "number" the others); the result is exact on those and may say
-    anything of the others, so keywords that only apply to the others need no complement."""
+    anything of the others, so keywords that only apply to the others need no complement.
+    `keys`: where the objects asked about have no keys but these (a closed schema beside),
+    "some other key fails additionalProperties / patternProperties" is one of these keys
+    present and failing."""
     kinds = frozenset(within) if within is not None else _ALL_KINDS
+    universe = frozenset(keys) if keys is not None else None
     try:
-        return _Complement(dialect, resolve).of(schema, (), kinds), None
+        return _Complement(dialect, resolve).of(schema, (), kinds, universe), None
     except _Refused as e:
         return None, str(e)
 
@@ -78,7 +84,8 @@ class _Complement:
         self.resolve = resolve
         self.ref_overrides = dialect in REF_OVERRIDES
 
-    def of(self, schema: Any, refs: tuple[str, ...], within: frozenset[str] = _ALL_KINDS) -> Any:
+    def of(self, schema: Any, refs: tuple[str, ...], within: frozenset[str] = _ALL_KINDS,
+           keys: frozenset[str] | None = None) -> Any:
         if isinstance(schema, dict) and NEGATES in schema:
             return copy.deepcopy(schema[NEGATES])  # the complement of a complement
         if schema is True:
@@ -100,9 +107,10 @@ class _Complement:
             except (KeyError, IndexError, TypeError, ValueError) as e:
                 raise _Refused(f"a $ref that does not resolve ({ref})") from e
             if self.ref_overrides or not s:
-                return self.of(target, (*refs, ref), within)
+                return self.of(target, (*refs, ref), within, keys)
             # 2019-09 on: $ref is one more conjunct beside its siblings
-            return _any_of([self.of(target, (*refs, ref), within), self.of(s, refs, within)])
+            return _any_of([self.of(target, (*refs, ref), within, keys),
+                            self.of(s, refs, within, keys)])
         if "enum" in s or "const" in s:
             return self._finite(schema, s)
         branches: list[Any] = []
@@ -119,8 +127,8 @@ class _Complement:
         for keyword in list(s):
             if keyword in _COMBINATORS or keyword in ("then", "else"):
                 continue
-            branches += self._keyword(keyword, s, allowed, refs)
-        branches += self._combinators(s, refs, within)
+            branches += self._keyword(keyword, s, allowed, refs, keys)
+        branches += self._combinators(s, refs, within, keys)
         if len(branches) > MAX_BRANCHES:
             raise _Refused(f"{len(branches)} alternatives, above the bound of {MAX_BRANCHES}")
         return _any_of(branches)
@@ -128,7 +136,7 @@ class _Complement:
     # -- keywords of one instance type ---------------------------------------------------
 
     def _keyword(self, keyword: str, s: dict[str, Any], allowed: frozenset[str],
-                 refs: tuple[str, ...]) -> list[Any]:
+                 refs: tuple[str, ...], keys: frozenset[str] | None = None) -> list[Any]:
         """Instances of the keyword's type that fail it (none where that type is not
         allowed anyway: those instances already failed `type`)."""
         value = s[keyword]
@@ -152,7 +160,7 @@ class _Complement:
         if kind == "array":
             return [_typed("array", b) for b in _count_complement(keyword, value, "Items")]
         if kind == "object":
-            return self._object(keyword, s, refs)
+            return self._object(keyword, s, refs, keys)
         numeric = "number" if "number" in allowed else "integer"  # integral ones only
         return [_typed(numeric, b) for b in self._number(keyword, s)]
 
@@ -188,7 +196,8 @@ class _Complement:
             return [{"maximum": value} if exclusive else {"exclusiveMaximum": value}]
         return [{"minimum": value} if exclusive else {"exclusiveMinimum": value}]
 
-    def _object(self, keyword: str, s: dict[str, Any], refs: tuple[str, ...]) -> list[Any]:
+    def _object(self, keyword: str, s: dict[str, Any], refs: tuple[str, ...],
+                keys: frozenset[str] | None = None) -> list[Any]:
         value = s[keyword]
         if keyword in ("minProperties", "maxProperties"):
             return [_typed("object", b) for b in _count_complement(keyword, value,
@@ -208,13 +217,36 @@ class _Complement:
                                                  "properties": {name: failing}}))
             return out
         # additionalProperties / patternProperties: "some key whose value fails" is an
-        # existential over keys, which JSON Schema cannot say without `not`
-        raise _Refused(f"{keyword} (its failure is some key's value failing)")
+        # existential over keys, which JSON Schema cannot say without `not`, unless the keys
+        # an object may have are known
+        if keys is None:
+            raise _Refused(f"{keyword} (its failure is some key's value failing)")
+        return [_typed("object", {"required": [k], "properties": {k: failing}})
+                for k, sub in self._governed(keyword, s, keys)
+                if (failing := self.of(sub, refs)) is not False]
+
+    @staticmethod
+    def _governed(keyword: str, s: dict[str, Any], keys: frozenset[str]) -> list[tuple[str, Any]]:
+        """(key, the schema `keyword` holds its value to) for each of `keys` it governs:
+        those a pattern matches (searched, as jsonschema does), or for additionalProperties
+        those no name and no pattern takes."""
+        props = s.get("properties", {})
+        patterns = s.get("patternProperties", {})
+        if not isinstance(props, dict) or not isinstance(patterns, dict):
+            raise _Refused(f"{keyword} beside properties or patterns that are not objects")
+        try:
+            if keyword == "patternProperties":
+                return [(k, sub) for k in sorted(keys) for p, sub in patterns.items()
+                        if re.search(p, k)]
+            return [(k, s[keyword]) for k in sorted(keys) if k not in props
+                    and not any(re.search(p, k) for p in patterns)]
+        except re.error as e:
+            raise _Refused(f"a pattern Python cannot read ({e})") from e
 
     # -- combinators -----------------------------------------------------------------------
 
     def _combinators(self, s: dict[str, Any], refs: tuple[str, ...],
-                     within: frozenset[str]) -> list[Any]:
+                     within: frozenset[str], keys: frozenset[str] | None = None) -> list[Any]:
         out: list[Any] = []
         for keyword in ("allOf", "anyOf", "oneOf"):
             if keyword not in s:
@@ -222,7 +254,7 @@ class _Complement:
             parts = s[keyword]
             if not isinstance(parts, list) or not parts:
                 raise _Refused(f"{keyword} that is not a non-empty list")
-            failing = [self.of(p, refs, within) for p in parts]
+            failing = [self.of(p, refs, within, keys) for p in parts]
             if keyword == "allOf":
                 out += failing
             elif keyword == "anyOf":
@@ -236,8 +268,9 @@ class _Complement:
         if "if" in s and ("then" in s or "else" in s) and "if" in self.dialect.VALIDATORS:
             cond = s["if"]
             then, other = s.get("then", True), s.get("else", True)
-            out.append(_all_of([copy.deepcopy(cond), self.of(then, refs, within)]))
-            out.append(_all_of([self.of(cond, refs, within), self.of(other, refs, within)]))
+            out.append(_all_of([copy.deepcopy(cond), self.of(then, refs, within, keys)]))
+            out.append(_all_of([self.of(cond, refs, within, keys),
+                                self.of(other, refs, within, keys)]))
         return out
 
     # -- finite sets -----------------------------------------------------------------------

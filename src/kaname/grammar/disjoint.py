@@ -34,7 +34,7 @@ Resolve = Callable[[str], Any]
 
 # The kind each type-specific keyword applies to (it passes every instance of the others;
 # jsonschema's format checkers pass every non-string too).
-_KEYWORD_KIND: dict[str, str] = {
+KEYWORD_KIND: dict[str, str] = {
     **dict.fromkeys(("minLength", "maxLength", "pattern", "format"), "string"),
     **dict.fromkeys(("items", "prefixItems", "additionalItems", "contains", "minContains",
                      "maxContains", "minItems", "maxItems", "uniqueItems",
@@ -99,9 +99,9 @@ def vacuous_kinds(schema: Any, resolve: Resolve, dialect: type[Any], hops: int =
     for keyword, value in schema.items():
         if keyword in ("$ref", "then", "else") or keyword in ANNOTATIONS:
             continue
-        if keyword not in dialect.VALIDATORS and keyword not in _KEYWORD_KIND:
+        if keyword not in dialect.VALIDATORS and keyword not in KEYWORD_KIND:
             continue  # not a keyword of the dialect: the validator ignores it
-        kind = _KEYWORD_KIND.get(keyword)
+        kind = KEYWORD_KIND.get(keyword)
         if kind == "number":
             out -= {"integer", "number"}
         elif kind is not None:

@@ -26,6 +26,7 @@ caller leaves the schemas as they were.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -60,7 +61,7 @@ class Intersection:
         a, b = _bare(a), _bare(b)
         if a is None or b is None:
             return None
-        if a == b:
+        if _text(a) == _text(b):  # not ==: in Python 1 == True
             return a
         for x, y in ((a, b), (b, a)):
             if x is True or x == {}:
@@ -186,6 +187,10 @@ class Intersection:
         if required:
             out["required"] = required
         return True
+
+
+def _text(schema: Any) -> str:
+    return json.dumps(schema, sort_keys=True)
 
 
 def _bare(schema: Any) -> Any:

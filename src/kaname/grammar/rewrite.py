@@ -51,7 +51,15 @@ import jsonschema
 
 from .complement import NEGATES, REF_OVERRIDES, complement, negating
 from .dialect import dialect_of
-from .disjoint import KINDS, admitted_kinds, disjoint, kinds_of, type_of_kinds, vacuous_kinds
+from .disjoint import (
+    KEYWORD_KIND,
+    KINDS,
+    admitted_kinds,
+    disjoint,
+    kinds_of,
+    type_of_kinds,
+    vacuous_kinds,
+)
 from .guards import ANY_VALUE_NAME
 from .intersect import Intersection
 from .schema_walk import escape, has_reference, resolve_pointer, subschemas
@@ -94,6 +102,7 @@ class _Context:
     nested_dialects: bool
     out: Rewritten
     root: Any
+    unevaluated: bool = False  # the schema uses unevaluatedProperties somewhere
 
     def resolve(self, ref: str) -> Any:
         """The subschema a local `$ref` ("#/a/b") names in the schema being rewritten."""
@@ -102,8 +111,9 @@ class _Context:
             raise KeyError(ref)  # an anchor name
         return resolve_pointer(self.root, fragment)
 
-    def complement(self, schema: Any, within: Any = None) -> tuple[Any, str | None]:
-        return complement(schema, self.dialect, self.resolve, within)
+    def complement(self, schema: Any, within: Any = None,
+                   keys: Any = None) -> tuple[Any, str | None]:
+        return complement(schema, self.dialect, self.resolve, within, keys)
 
     def valid(self, value: Any, schema: Any) -> bool | None:
         """Whether jsonschema (the post-check's validator) accepts `value` for `schema`, a
@@ -154,7 +164,8 @@ def rewrite_schema(schema: Any) -> Rewritten:
     dialect = dialect_of(schema)
     ctx = _Context(dialect, _ref_fragments(out),
                    any(dialect_of(s) is not dialect for p, s in nodes if p and "$schema" in s),
-                   result, out)
+                   result, out,
+                   any("unevaluatedProperties" in n for _, n in nodes))
     # Bottom-up: a subschema is rewritten before a rewrite of its parent may move it.
     for pointer, s in reversed(nodes):
         if _finite_values(s, pointer, ctx):
@@ -169,6 +180,8 @@ def rewrite_schema(schema: Any) -> Rewritten:
         _unique_items(s, pointer, ctx)
         _property_names(s, pointer, ctx)
         _names_out_of_patterns(s, pointer, ctx)
+        _min_properties(s, pointer, ctx)
+        _unevaluated_properties(s, pointer, ctx)
         _not(s, pointer, ctx)
         _if_then_else(s, pointer, ctx)
         _one_of(s, pointer, ctx)
@@ -700,42 +713,67 @@ def _property_names(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     finite set of names (`enum` / `const` filtered by the rest of S with the post-check's
     validator, or `false`): declared properties outside it become `false`, names of the set
     not declared become properties with additionalProperties' schema, and additionalProperties
-    becomes false. Where S is a `pattern` or length bounds (and `type: string`), with
+    becomes false; patternProperties beside it meet the names they match there (each
+    allowed name is then a property: the regexes have nothing left to match). S may be a
+    `$ref` to such a schema. Where S is a `pattern` or length bounds (and `type: string`), with
     additionalProperties true or absent: patternProperties `{P: {}}` (a search, as `pattern`
     is; the bounds as `^[\\s\\S]{min,max}$`; the guards' any-value stays the value schema
     there), additionalProperties false, and the declared
     properties whose name S refuses become `false`. Left as it is (refused): anything else in
-    S, patternProperties or unevaluatedProperties beside it, a `$ref` into it, a dialect
-    without the keyword."""
+    S, patternProperties beside a pattern, unevaluatedProperties beside it, a `$ref` into
+    it, a dialect without the keyword."""
     if "propertyNames" not in s or not ctx.knows("propertyNames") \
             or ctx.referenced(pointer, "propertyNames"):
         return
     names_schema = s["propertyNames"]
-    if "patternProperties" in s or "unevaluatedProperties" in s:
-        ctx.refuse(pointer, "propertyNames", "patternProperties or unevaluatedProperties "
-                                             "beside it")
-        return
+    if isinstance(names_schema, dict) and set(names_schema) - _ANNOTATIONS == {"$ref"}:
+        try:  # a reference to the names (often an enum in the definitions)
+            names_schema = ctx.resolve(names_schema["$ref"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return
     props = s.get("properties", {})
-    if not isinstance(props, dict) or not isinstance(names_schema, bool | dict):
+    patterns = s.get("patternProperties", {})
+    if not isinstance(props, dict) or not isinstance(names_schema, bool | dict) \
+            or not isinstance(patterns, dict):
         return
-    check = ctx.dialect(names_schema)
     rest = set(names_schema) - _ANNOTATIONS if isinstance(names_schema, dict) else set()
+    finite = names_schema is False or "enum" in rest or "const" in rest
+    if "unevaluatedProperties" in s or (patterns and not finite):
+        ctx.refuse(pointer, "propertyNames", "patternProperties (beside names that are not a "
+                                             "finite set) or unevaluatedProperties beside it")
+        return
     if names_schema is True or (isinstance(names_schema, dict) and not rest):
         del s["propertyNames"]
         ctx.applied("propertyNames that allows every name", f"{pointer}/propertyNames")
         return
-    kept = {k: (v if check.is_valid(k) else False) for k, v in props.items()}
-    if names_schema is False or "enum" in rest or "const" in rest:
+    allowed = {k: ctx.valid(k, names_schema) for k in props}
+    if None in allowed.values():
+        return
+    kept = {k: (v if allowed[k] else False) for k, v in props.items()}
+    if finite:
         values = [] if names_schema is False else names_schema.get(
             "enum", [names_schema.get("const")])
         if not isinstance(values, list):
             return
         names = [n for n in dict.fromkeys(v for v in values if isinstance(v, str))
-                 if check.is_valid(n)]
+                 if ctx.valid(n, names_schema)]
         extra = s.get("additionalProperties", True)
-        s["properties"] = {**kept, **{n: copy.deepcopy(extra) for n in names if n not in kept}}
+        listed = {**kept, **{n: copy.deepcopy(extra) for n in names if n not in kept}}
+        if patterns:  # every allowed name is now a property: patterns meet it there
+            try:
+                matching = {n: [copy.deepcopy(v) for r, v in patterns.items()
+                                if re.search(r, n)] for n in names}
+            except re.error:
+                return
+            for n in names:
+                if matching[n]:
+                    base = [kept[n]] if n in kept else []
+                    listed[n] = _all_of_schemas([*base, *matching[n]])
+            s.pop("patternProperties")
+        s["properties"] = listed
     else:
-        pattern = _names_pattern(names_schema, rest)
+        pattern = _names_pattern(names_schema, rest) if isinstance(names_schema, dict) \
+            else None
         if pattern is None:
             ctx.refuse(pointer, "propertyNames", "only enum / const, or a pattern or length "
                                                  "bounds, are rewritten")
@@ -752,6 +790,10 @@ def _property_names(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     s["additionalProperties"] = False
     del s["propertyNames"]
     ctx.applied("propertyNames as the keys allowed", f"{pointer}/propertyNames")
+
+
+def _all_of_schemas(parts: list[Any]) -> Any:
+    return parts[0] if len(parts) == 1 else {"allOf": parts}
 
 
 def _any_value(schema: Any) -> bool:
@@ -778,6 +820,7 @@ def _names_pattern(names_schema: dict[str, Any], rest: set[str]) -> str | None:
 # --- 8. not, if/then/else and oneOf through the complement ----------------------------------
 
 MAX_ONE_OF_BRANCHES = 8  # oneOf rewritten as n branches, each with n-1 complements
+MAX_DISJOINT_BRANCHES = 64  # where no complement is needed (pairwise proofs only)
 
 
 def _not(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
@@ -825,20 +868,23 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     Exact: an instance is valid when it matches exactly one branch, that is, for some i it
     matches Ai and no other. An instance of a kind two branches accept whole (no keyword of
     theirs applies to it: `required` to a string) matches both, so that kind is left out
-    (disjoint.vacuous_kinds). Among the kinds left, a branch disjoint from Ai
-    (disjoint.disjoint: no common kind, finite value sets or a required key whose value
-    schemas do not meet) cannot match beside it, so its complement is implied there; the
-    complement of Aj needs to be exact only on the kinds Ai admits. Refused above
-    MAX_ONE_OF_BRANCHES branches, where a needed complement cannot be built, or where a `$ref`
-    points into the keyword. llguidance proves some oneOfs exclusive by itself: those stay
+    (disjoint.vacuous_kinds); likewise an object with none of the names of two branches
+    that say nothing of objects but `properties`, so one of those names is required.
+    Among the kinds left, a branch disjoint from Ai (disjoint.disjoint: no common kind,
+    finite value sets or a required key whose value schemas do not meet) cannot match
+    beside it, so its complement is implied there; the complement of Aj needs to be exact
+    only on the kinds Ai admits (and, where Ai is closed, on its keys). Refused above
+    MAX_ONE_OF_BRANCHES branches where complements are needed (MAX_DISJOINT_BRANCHES where
+    none is), where a needed complement cannot be built, or where a `$ref` points into the
+    keyword. llguidance proves some oneOfs exclusive by itself: those stay
     as they are."""
     branches = s.get("oneOf")
     if not isinstance(branches, list) or not branches or ctx.referenced(pointer, "oneOf") \
             or _llguidance_proves_exclusive(branches, ctx):
         return
-    if len(branches) > MAX_ONE_OF_BRANCHES:
+    if len(branches) > MAX_DISJOINT_BRANCHES:
         ctx.refuse(pointer, "oneOf", f"{len(branches)} branches, above the bound of "
-                                     f"{MAX_ONE_OF_BRANCHES}")
+                                     f"{MAX_DISJOINT_BRANCHES}")
         return
     n = len(branches)
     around = kinds_of(s["type"]) if "type" in s else set(KINDS)
@@ -849,9 +895,25 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     kinds = (around or set(KINDS)) - shared
     required: list[str] = [k for k in s.get("required") or () if isinstance(k, str)] \
         if isinstance(s.get("required"), list) else []
+    # objects with none of the names of two branches that only name properties match both
+    present: list[list[str]] = []
+    if "object" in kinds:
+        named = [_only_named(b, ctx) for b in branches]
+        for i, j in itertools.combinations(range(n), 2):
+            first, second = named[i], named[j]
+            if first is not None and second is not None:
+                either = sorted(first | second)
+                if either and either not in present:  # none: vacuous_kinds saw it
+                    present.append(either)
+    required += [k for names in present if len(names) == 1 for k in names
+                 if k not in required]
     apart = {(i, j) for i in range(n) for j in range(i + 1, n)
              if disjoint(branches[i], branches[j], ctx.resolve, ctx.dialect, within=kinds,
                          required=required)}
+    if len(apart) < n * (n - 1) // 2 and n > MAX_ONE_OF_BRANCHES:
+        ctx.refuse(pointer, "oneOf", f"{n} branches not all proven disjoint, above the bound "
+                                     f"of {MAX_ONE_OF_BRANCHES} for complements")
+        return
     alternatives: list[Any] = []
     for i, branch in enumerate(branches):
         overlapping = [j for j in range(n) if j != i and (min(i, j), max(i, j)) not in apart]
@@ -859,9 +921,10 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
             alternatives.append(branch)
             continue
         own = _kinds_admitted(branch, ctx) & kinds
+        keys = _closed_keys(branch, ctx)
         parts = [branch]
         for j in overlapping:
-            failing, why = ctx.complement(branches[j], own)
+            failing, why = ctx.complement(branches[j], own, keys)
             if why is not None:
                 ctx.refuse(pointer, "oneOf", why)
                 return
@@ -871,11 +934,50 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     if shared:
         kept = type_of_kinds(kinds)
         _add_all_of(s, {"type": kept} if kept else False)
+    for names in present:
+        _add_all_of(s, {"required": names} if len(names) == 1
+                    else {"anyOf": [{"required": [k]} for k in names]})
     if "anyOf" in s:
         _add_all_of(s, {"anyOf": alternatives})
     else:  # in place: llguidance reads a sibling anyOf without an intersection
         s["anyOf"] = alternatives
     ctx.applied("oneOf as anyOf of exclusive branches", f"{pointer}/oneOf")
+
+
+def _only_named(schema: Any, ctx: _Context) -> set[str] | None:
+    """The property names of a schema admitting objects whose only object keyword is
+    `properties` (so it accepts every object that has none of those names); None where it
+    says more about objects."""
+    if not isinstance(schema, dict) or "$ref" in schema:
+        return None
+    for k, v in schema.items():
+        if k in _ANNOTATIONS or k == "properties" or k not in ctx.dialect.VALIDATORS:
+            continue
+        if k == "type":
+            if "object" not in (kinds_of(v) or set()):
+                return None
+        elif KEYWORD_KIND.get(k, "object") == "object":
+            return None  # an object keyword, or enum / const / a combinator
+    props = schema.get("properties", {})
+    return set(props) if isinstance(props, dict) else None
+
+
+def _closed_keys(schema: Any, ctx: _Context) -> set[str] | None:
+    """The only keys objects matching `schema` can have, where it says so plainly
+    (`additionalProperties: false`, no patternProperties, through `$ref`s); None otherwise."""
+    for _ in range(8):
+        if not (isinstance(schema, dict) and "$ref" in schema
+                and (len(schema) == 1 or ctx.dialect in REF_OVERRIDES)):
+            break
+        try:
+            schema = ctx.resolve(schema["$ref"])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+    if not isinstance(schema, dict) or schema.get("additionalProperties") is not False \
+            or schema.get("patternProperties") or "$ref" in schema:
+        return None
+    props = schema.get("properties", {})
+    return set(props) if isinstance(props, dict) else None
 
 
 def _kinds_admitted(schema: Any, ctx: _Context) -> set[str]:
@@ -898,7 +1000,112 @@ def _llguidance_proves_exclusive(branches: list[Any], ctx: _Context) -> bool:
         return False
 
 
-# --- 9. intersections llguidance would make through a recursive reference ----------------
+# --- 9. minProperties beside optional properties --------------------------------------------
+
+MAX_MIN_PROPERTIES_ALTERNATIVES = 64
+
+
+def _min_properties(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`minProperties: N` beside properties that are not all required (llguidance counts
+    keys only where every listed property is required) -> an `anyOf` over which optional
+    properties are present.
+
+    Exact: the required keys are always there, so K = N - len(required) more keys are
+    needed (none: minProperties asserts nothing and is dropped). With
+    `additionalProperties: false` those can only be optional properties: some K of them
+    present (one branch per choice). Otherwise, for K = 1: one optional property present,
+    or none and at least N keys (`properties: {o: false}` for each optional o lets
+    llguidance count them). Left as it is beside `maxProperties` or `patternProperties`,
+    for K > 1 on open objects, or above MAX_MIN_PROPERTIES_ALTERNATIVES branches."""
+    least, props = _count(s.get("minProperties")), s.get("properties")
+    required = s.get("required", [])
+    if least is None or not isinstance(props, dict) or not isinstance(required, list) \
+            or "maxProperties" in s or "patternProperties" in s \
+            or ctx.referenced(pointer, "minProperties"):
+        return
+    optional = [k for k, v in props.items() if k not in required and v is not False]
+    if not optional:
+        return
+    needed = least - len(set(required))
+    if needed <= 0:
+        del s["minProperties"]
+        ctx.applied("minProperties met by required", f"{pointer}/minProperties")
+        return
+    if s.get("additionalProperties") is False and set(required) <= set(props):
+        if math.comb(len(optional), needed) > MAX_MIN_PROPERTIES_ALTERNATIVES:
+            return
+        branches: list[Any] = [{"required": list(c)}
+                               for c in itertools.combinations(optional, needed)]
+    elif needed == 1 and len(optional) < MAX_MIN_PROPERTIES_ALTERNATIVES:
+        branches = [{"required": [k]} for k in optional]
+        branches.append({"properties": dict.fromkeys(optional, False),
+                         "minProperties": least})
+    else:
+        return
+    del s["minProperties"]
+    _add_all_of(s, branches[0] if len(branches) == 1 else {"anyOf": branches})
+    ctx.applied("minProperties as anyOf", f"{pointer}/minProperties")
+
+
+# --- 10. unevaluatedProperties where what is evaluated is fixed ---------------------------
+
+_BRANCHING = ("anyOf", "oneOf", "if", "dependentSchemas", "$dynamicRef", "$recursiveRef")
+
+
+def _unevaluated_properties(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
+    """`unevaluatedProperties: U` where the subschemas that evaluate properties are this
+    schema, its `allOf` members and `$ref` targets (and theirs), with no branching
+    (anyOf / oneOf / if / dependentSchemas) -> dropped where one of them has
+    `additionalProperties` (it evaluates every key), else `additionalProperties: U` with
+    the names they declare added as `properties: {name: {}}`.
+
+    Exact: all those subschemas must hold for the instance to be valid, so the keys they
+    evaluate are exactly the names in their `properties` (or every key, with an
+    `additionalProperties` among them), whatever the instance; unevaluatedProperties then
+    applies U to the other keys, as additionalProperties beside those names does.
+    Left as it is beside patternProperties in any of them, or a `$ref` into it."""
+    if "unevaluatedProperties" not in s or not ctx.knows("unevaluatedProperties") \
+            or ctx.referenced(pointer, "unevaluatedProperties"):
+        return
+    names: list[str] = []
+    every = False
+    stack: list[Any] = [s]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if any(k in node for k in _BRANCHING) or "patternProperties" in node:
+            return
+        if node is not s and ("unevaluatedProperties" in node
+                              or "additionalProperties" in node):
+            every = True
+        if node is s and "additionalProperties" in s:
+            return  # both on one schema: additionalProperties decides alone, left to it
+        if isinstance(node.get("properties"), dict):
+            names += node["properties"]
+        if isinstance(node.get("allOf"), list):
+            stack += node["allOf"]
+        if "$ref" in node:
+            try:
+                stack.append(ctx.resolve(node["$ref"]))
+            except (KeyError, IndexError, TypeError, ValueError):
+                return
+    rest = s.pop("unevaluatedProperties")
+    if every:
+        ctx.applied("unevaluatedProperties where every key is evaluated",
+                    f"{pointer}/unevaluatedProperties")
+        return
+    props = s.setdefault("properties", {})
+    for name in names:
+        props.setdefault(name, {})
+    s["additionalProperties"] = rest
+    ctx.applied("unevaluatedProperties as additionalProperties",
+                f"{pointer}/unevaluatedProperties")
+
+
+# --- 11. intersections llguidance would make through a recursive reference ---------------
 
 
 def _names_out_of_patterns(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
@@ -947,14 +1154,22 @@ def _names_out_of_patterns(s: dict[str, Any], pointer: str, ctx: _Context) -> No
 
 
 def _implied_type(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
-    """A `type` beside an `anyOf` whose every branch admits only those types -> dropped.
+    """Beside an `anyOf`: a `type` whose every branch admits only those types, and an
+    `additionalProperties` that is `true` / `{}`, -> dropped.
 
-    Exact: the `type` rejects nothing the `anyOf` accepts. llguidance intersects keywords
-    beside an `anyOf` with each branch, which fails through a recursive reference."""
+    Exact: the `type` rejects nothing the `anyOf` accepts, and `additionalProperties: {}` is
+    the keyword's default (kept where an `unevaluatedProperties` could read it). llguidance
+    intersects keywords beside an `anyOf` with each branch, which fails through a
+    recursive reference."""
     branches = s.get("anyOf")
-    if not isinstance(branches, list) or not branches or "type" not in s:
+    if not isinstance(branches, list) or not branches:
         return
-    kinds = kinds_of(s["type"])
+    more = s.get("additionalProperties")
+    if (more is True or more == {}) and not ctx.unevaluated \
+            and not ctx.referenced(pointer, "additionalProperties"):
+        del s["additionalProperties"]
+        ctx.applied("additionalProperties: {} beside anyOf", f"{pointer}/additionalProperties")
+    kinds = kinds_of(s["type"]) if "type" in s else None
     if kinds is None or not all(admitted_kinds(b, ctx.resolve, ctx.dialect) <= kinds
                                 for b in branches):
         return

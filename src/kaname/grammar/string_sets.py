@@ -42,7 +42,8 @@ def _outside(node: dict[str, Any], letters: Ranges, rest: str) -> str:
     children = sorted(k for k in node if k)
     alternatives = [] if "" in node else [""]
     other = _class(_minus(letters, [ord(c) for c in children]))
-    alternatives.append(f"{other}{rest}*" if other else "")
+    if other:
+        alternatives.append(f"{other}{rest}*")
     for ch in children:
         alternatives.append(_code(ord(ch)) + _outside(node[ch], letters, rest))
     alternatives = list(dict.fromkeys(alternatives))
@@ -98,10 +99,13 @@ def pattern_complement(pattern: str) -> str | None:
 
 def matches_everything(pattern: str) -> bool:
     """Whether a search for `pattern` succeeds in every string: it matches the empty string
-    and nothing in it looks at what follows (no `$`, no boundary, no look-around), so its
-    empty match at the start of any string stands."""
-    if any(t in pattern for t in ("$", "\\Z", "\\z", "\\b", "\\B", "(?=", "(?!", "(?<")):
-        return False
+    and nothing in it looks at what follows (no `$`, no boundary, no look-around) or back
+    (no backreference, conditional, atomic group or possessive quantifier), so its empty
+    match at the start of any string stands."""
+    if any(t in pattern for t in ("$", "\\Z", "\\z", "\\b", "\\B", "(?=", "(?!", "(?<",
+                                  "(?(", "(?>", "(?P=", "*+", "++", "?+", "}+")) \
+            or re.search(r"\\[1-9]", pattern):
+        return False  # also no backreference, conditional, atomic group or possessive
     try:
         return re.search(pattern, "") is not None
     except re.error:
