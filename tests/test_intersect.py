@@ -412,7 +412,7 @@ REPEATED = ["^[a-c_]*$", "^([a-c])+$", "^(?:[\\.\\-a])*$", "^[_a-]+$", "^[-.a]*$
 SHORTHANDS = ["^[\\w]*$", "^[\\d]+$", "^[\\s_]*$", "^[\\W]+$", "^[a\\d]*$", "^[\\w-]*$",
               "^[-\\w]*$", "^([\\D])+$"]
 UNREAD = ["^a.*$", "^[^a]*$", "^[a-c]{2}$", "^[[:alpha:]]*$", "a$", "\\ba", "^[c-a]*$",
-          "(?=a)", "^[a-c]?$", "^[a-c]*\\Z", "^(?:[a-c]*)$", "^[a-c]*x$", "^[\\x61]*$"]
+          "(?=a)", "^[a-c]?$", "^[a-c]*\\Z", "^(?:[a-c]*x)$", "^[a-c]*x$", "^[\\x61]*$"]
 ALPHABET = "abcd_.-\\]^\n 1é"
 
 
@@ -661,3 +661,25 @@ def test_a_type_implied_by_a_recursive_anyof_is_dropped(gemma, compiler):
     assert "type" not in out.schema
     c = compiler.compile(JsonSchema(schema, strict=True))
     _agrees(gemma, c, schema, [*NODES, "x", [], None, {"kids": [{"kids": "no"}]}])
+
+
+REPEATED_FORMS = ["^[ab]*$", "^[ab]+$", "^[ab]{2}$", "^([ab]){1,3}$", "^(?:[ab]{2,})$",
+                  "^([\\d]{2})$", "^[a\n]+$", "^[\\s.]*$", "^[b-d_]{0,2}$"]
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True)
+@given(st.sampled_from(REPEATED_FORMS),
+       st.lists(st.text(alphabet="ab1 \n.x", max_size=5), min_size=1, max_size=12))
+def test_the_complement_of_a_repeated_class(pattern, strings):
+    """pattern_complement(P) matches a string exactly when a search for P (Python's re, as
+    jsonschema reads it: `$` also before a final newline) fails in it."""
+    from kaname.grammar.string_sets import pattern_complement
+
+    failing = pattern_complement(pattern)
+    if failing is None:
+        assert pattern == "^[a\n]+$" or "\n" in pattern  # C{m,n} with a newline in C only
+        return
+    assert "[^" not in failing
+    for x in strings:
+        assert (re.fullmatch(failing, x) is not None) is (re.search(pattern, x) is None), \
+            (pattern, x)

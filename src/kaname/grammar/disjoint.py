@@ -132,6 +132,13 @@ def admitted_kinds(schema: Any, resolve: Resolve, dialect: type[Any], depth: int
     return set(KINDS) if facts is None else facts.kinds
 
 
+def finite_values(schema: Any, resolve: Resolve, dialect: type[Any]) -> list[Any] | None:
+    """Values that include every instance `schema` admits, where its enum / const (through
+    `$ref` and `allOf`) make them finitely many; None otherwise."""
+    facts = _facts(schema, resolve, dialect in REF_OVERRIDES)
+    return None if facts is None else facts.values
+
+
 # -- disjointness ----------------------------------------------------------------------------
 
 

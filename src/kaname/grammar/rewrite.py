@@ -60,6 +60,9 @@ from .disjoint import (
     type_of_kinds,
     vacuous_kinds,
 )
+from .disjoint import (
+    finite_values as disjoint_facts_values,
+)
 from .guards import ANY_VALUE_NAME
 from .intersect import Intersection
 from .schema_walk import escape, has_reference, resolve_pointer, subschemas
@@ -130,6 +133,16 @@ class _Context:
 
     def intersection(self, a: Any, b: Any) -> Any | None:
         return Intersection(self.resolve, self.dialect, self.valid).of(a, b)
+
+    def conjunction(self, parts: list[Any]) -> Any:
+        """`allOf: parts`, said without `allOf` where intersect.py can (llguidance then has
+        no intersection to make, which it cannot make through a recursive reference)."""
+        merged = parts[0]
+        for part in parts[1:]:
+            merged = self.intersection(merged, part)
+            if merged is None:
+                return {"allOf": parts}
+        return merged
 
     def applied(self, rule: str, pointer: str) -> None:
         self.out.applied.append((rule, pointer or "/"))
@@ -854,7 +867,8 @@ def _if_then_else(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
         if why is not None:
             ctx.refuse(pointer, "if", why)
             return
-        _add_all_of(s, {"anyOf": [{"allOf": [cond, then]}, {"allOf": [failing, other]}]})
+        _add_all_of(s, {"anyOf": [ctx.conjunction([cond, then]),
+                                  ctx.conjunction([failing, other])]})
     for k in ("if", "then", "else"):
         s.pop(k, None)
     ctx.applied("if/then/else as anyOf", f"{pointer}/if")
@@ -881,6 +895,8 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     branches = s.get("oneOf")
     if not isinstance(branches, list) or not branches or ctx.referenced(pointer, "oneOf") \
             or _llguidance_proves_exclusive(branches, ctx):
+        return
+    if _finite_one_of(s, branches, pointer, ctx):
         return
     if len(branches) > MAX_DISJOINT_BRANCHES:
         ctx.refuse(pointer, "oneOf", f"{len(branches)} branches, above the bound of "
@@ -929,7 +945,7 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
                 ctx.refuse(pointer, "oneOf", why)
                 return
             parts.append(failing)
-        alternatives.append({"allOf": copy.deepcopy(parts)})
+        alternatives.append(ctx.conjunction(copy.deepcopy(parts)))
     del s["oneOf"]
     if shared:
         kept = type_of_kinds(kinds)
@@ -942,6 +958,38 @@ def _one_of(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     else:  # in place: llguidance reads a sibling anyOf without an intersection
         s["anyOf"] = alternatives
     ctx.applied("oneOf as anyOf of exclusive branches", f"{pointer}/oneOf")
+
+
+def _finite_one_of(s: dict[str, Any], branches: list[Any], pointer: str,
+                   ctx: _Context) -> bool:
+    """A oneOf whose every branch admits finitely many values -> `enum` of the values exactly
+    one branch accepts (jsonschema decides). Exact: those are the instances that match
+    exactly one branch. Returns whether it was made."""
+    listed = [disjoint_facts_values(b, ctx.resolve, ctx.dialect) for b in branches]
+    if any(v is None for v in listed):
+        return False
+    candidates: list[Any] = []
+    for values in listed:
+        for v in values or ():
+            if not any(_same_json(v, w) for w in candidates):
+                candidates.append(v)
+    if len(candidates) > MAX_FINITE_VALUES:
+        return False
+    kept = []
+    for v in candidates:
+        verdicts = [ctx.valid(v, b) for b in branches]
+        if None in verdicts:
+            return False
+        if sum(bool(x) for x in verdicts) == 1:
+            kept.append(v)
+    del s["oneOf"]
+    _add_all_of(s, {"enum": kept} if kept else False)
+    ctx.applied("oneOf of finite sets as the values one branch accepts", f"{pointer}/oneOf")
+    return True
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _only_named(schema: Any, ctx: _Context) -> set[str] | None:

@@ -60,38 +60,47 @@ def pattern_without(pattern: str, names: Iterable[str]) -> str | None:
     if matches_everything(pattern):
         return "^" + strings_outside(names) + "$"
     repeated = _repeated_class(pattern)
-    if repeated is None:
+    if repeated is None or repeated[1] > 1 or repeated[2] is not None:
         return None
-    letters, at_least_one = repeated
-    if at_least_one:
+    letters, least, _ = repeated
+    if least:
         names.add("")
     return "^" + strings_outside(names, letters) + "$"
 
 
 def pattern_complement(pattern: str) -> str | None:
     """A regex matching exactly the strings in which a search for `pattern` fails, for a
-    class repeated over the whole string (`^[C]*$`, `^[C]+$`); None for other patterns.
+    class repeated over the whole string (`^[C]*$`, `^[C]+$`, `^[C]{m,n}$`); None for other
+    patterns.
 
     Read as jsonschema (Python's `re`) reads it, where `$` also matches before a final
     newline: "ab\n" matches `^[a-z]+$`, so the complement leaves out C+ followed by one
-    newline. A failing string is empty (for `+`), or has a first character outside C that
-    is not a newline, or is that newline with more after it (or alone, for `+`)."""
+    newline. A failing string has a first character outside C that is not a newline, or is
+    that newline with more after it, or is C repeated a number of times outside m..n,
+    followed by one newline or not."""
     repeated = _repeated_class(pattern)
     if repeated is None:
         return None
-    letters, at_least_one = repeated
+    letters, least, most = repeated
     inside = _class(letters)
     if _member(ord("\n"), letters):
+        if least > 1 or most is not None:
+            return None  # C{m,n} and C{m,n} + newline overlap in ways not written here
         # a newline is in C: only characters outside C fail it
         outside = _class(_minus_ranges(CHARACTERS, letters))
         alternatives = [f"{inside}*{outside}{_ANY_CHAR}*"] if outside else []
+        if least:
+            alternatives.append("")
     else:
         other = _class(_minus(_minus_ranges(CHARACTERS, letters), [ord("\n")]))
         alternatives = [f"{inside}*{other}{_ANY_CHAR}*", f"{inside}*\\n{_ANY_CHAR}+"]
-        if at_least_one:
-            alternatives.append("\\n")
-    if at_least_one:
-        alternatives.append("")
+        for end in ("", "\\n"):  # too few or too many, with or without the final newline
+            if least == 1:
+                alternatives.append(end)
+            elif least > 1:
+                alternatives.append(f"{inside}{{0,{least - 1}}}{end}")
+            if most is not None:
+                alternatives.append(f"{inside}{{{most + 1},}}{end}")
     if not alternatives:
         return None
     return "^(?:" + "|".join(alternatives) + ")$"
@@ -112,20 +121,28 @@ def matches_everything(pattern: str) -> bool:
         return False
 
 
-_REPEATED = re.compile(r"\^(?:\((?:\?:)?)?\[((?:\\.|[^\]\\])+)\](?:\))?([*+])\$")
+_CLASS = r"\[(?P<body>(?:\\.|[^\]\\])+)\]"
+_TIMES = r"[*+]|\{\d+(?:,\d*)?\}"
+# ^[C]Q$, ^([C]Q)$, ^([C])Q$ (and with (?:...))
+_REPEATED = re.compile(
+    rf"\^(?:{_CLASS}(?P<q1>{_TIMES})|\((?:\?:)?{_CLASS.replace('body', 'body2')}"
+    rf"(?:(?P<q2>{_TIMES})\)|\)(?P<q3>{_TIMES})))\$")
 
 
-def _repeated_class(pattern: str) -> tuple[Ranges, bool] | None:
-    """(the class's characters, whether at least one is needed) for `^[C]*$`, `^[C]+$` and the
-    same with the class in a group; None otherwise, or where the class holds anything but
+def _repeated_class(pattern: str) -> tuple[Ranges, int, int | None] | None:
+    """(the class's characters, the least and most repetitions, None for no most) for
+    `^[C]*$`, `^[C]+$`, `^[C]{m,n}$` and the same with the class in a group; None otherwise,
+    or where the class holds anything but
     characters, ranges, escaped punctuation and `\\d` / `\\s` / `\\w` (and their negations),
     which are read as Python's `re` reads them, like the post-check."""
     m = _REPEATED.fullmatch(pattern)
-    if m is None or m.group(1).startswith("^"):
+    if m is None:
+        return None
+    body = m.group("body") or m.group("body2")
+    if body.startswith("^"):
         return None
     items: list[tuple[int, bool]] = []  # (code point, written escaped)
     shorthand: Ranges = []  # what \\d, \\s, \\w... in the class stand for
-    body = m.group(1)
     i = 0
     while i < len(body):
         if body[i] == "\\":
@@ -158,7 +175,16 @@ def _repeated_class(pattern: str) -> tuple[Ranges, bool] | None:
         else:
             codes.append(items[i][0])
             i += 1
-    return _union(_ranges(codes), shorthand), m.group(2) == "+"
+    quantifier = m.group("q1") or m.group("q2") or m.group("q3")
+    if quantifier in "*+":
+        least, most = (0 if quantifier == "*" else 1), None
+    else:
+        low, _, high = quantifier[1:-1].partition(",")
+        least = int(low)
+        most = least if "," not in quantifier else (int(high) if high else None)
+        if most is not None and most < least:
+            return None
+    return _union(_ranges(codes), shorthand), least, most
 
 
 _SHORTHANDS = "dDsSwW"
