@@ -66,7 +66,7 @@ from .disjoint import (
 from .guards import ANY_VALUE_NAME
 from .intersect import Intersection
 from .schema_walk import escape, has_reference, resolve_pointer, subschemas
-from .string_sets import pattern_without
+from .string_sets import pattern_without, pattern_words
 
 # Above these the rewrite is not made and the keyword stays refused.
 MAX_DEPENDENCY_ALTERNATIVES = 64  # product of the branches of all dependencies of one object
@@ -842,7 +842,8 @@ def _not(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     points into it."""
     if "not" not in s or ctx.referenced(pointer, "not"):
         return
-    failing, why = ctx.complement(s["not"])
+    # `not` applies to the same object: where this schema is closed, only its keys matter
+    failing, why = ctx.complement(s["not"], keys=_closed_keys(s, ctx))
     if why is not None:
         ctx.refuse(pointer, "not", why)
         return
@@ -992,6 +993,9 @@ def _same_json(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+MAX_CLOSED_KEYS = 64
+
+
 def _only_named(schema: Any, ctx: _Context) -> set[str] | None:
     """The property names of a schema admitting objects whose only object keyword is
     `properties` (so it accepts every object that has none of those names); None where it
@@ -1022,10 +1026,19 @@ def _closed_keys(schema: Any, ctx: _Context) -> set[str] | None:
         except (KeyError, IndexError, TypeError, ValueError):
             return None
     if not isinstance(schema, dict) or schema.get("additionalProperties") is not False \
-            or schema.get("patternProperties") or "$ref" in schema:
+            or "$ref" in schema:
         return None
     props = schema.get("properties", {})
-    return set(props) if isinstance(props, dict) else None
+    patterns = schema.get("patternProperties", {})
+    if not isinstance(props, dict) or not isinstance(patterns, dict):
+        return None
+    keys = set(props)
+    for pattern in patterns:  # keys a pattern allows, where they are few
+        words = pattern_words(pattern, MAX_CLOSED_KEYS)
+        if words is None:
+            return None
+        keys |= words
+    return keys
 
 
 def _kinds_admitted(schema: Any, ctx: _Context) -> set[str]:

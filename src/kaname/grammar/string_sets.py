@@ -8,6 +8,7 @@ narrow the string escapes, guards.py) and never with look-around, which llguidan
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -68,6 +69,24 @@ def pattern_without(pattern: str, names: Iterable[str]) -> str | None:
     return "^" + strings_outside(names, letters) + "$"
 
 
+def pattern_words(pattern: str, limit: int) -> set[str] | None:
+    """Every string `pattern` matches, read as llguidance reads it (`$` at the very end),
+    for a class repeated a bounded number of times (`^[0-9]{1,2}$`); None where there are
+    more than `limit` or the pattern is not one this reads."""
+    repeated = _repeated_class(pattern)
+    if repeated is None:
+        return None
+    letters, least, most = repeated
+    if most is None:
+        return None
+    size = sum(b - a + 1 for a, b in letters)
+    if sum(size ** k for k in range(least, most + 1)) > limit:
+        return None
+    chars = [chr(c) for a, b in letters for c in range(a, b + 1)]
+    return {"".join(t) for k in range(least, most + 1)
+            for t in itertools.product(chars, repeat=k)}
+
+
 def pattern_complement(pattern: str) -> str | None:
     """A regex matching exactly the strings in which a search for `pattern` fails, for a
     class repeated over the whole string (`^[C]*$`, `^[C]+$`, `^[C]{m,n}$`); None for other
@@ -123,10 +142,10 @@ def matches_everything(pattern: str) -> bool:
 
 _CLASS = r"\[(?P<body>(?:\\.|[^\]\\])+)\]"
 _TIMES = r"[*+]|\{\d+(?:,\d*)?\}"
-# ^[C]Q$, ^([C]Q)$, ^([C])Q$ (and with (?:...))
+# ^[C]Q$, ^([C]Q)$, ^([C])Q$ (and with (?:...)); no Q is once
 _REPEATED = re.compile(
-    rf"\^(?:{_CLASS}(?P<q1>{_TIMES})|\((?:\?:)?{_CLASS.replace('body', 'body2')}"
-    rf"(?:(?P<q2>{_TIMES})\)|\)(?P<q3>{_TIMES})))\$")
+    rf"\^(?:{_CLASS}(?P<q1>{_TIMES})?|\((?:\?:)?{_CLASS.replace('body', 'body2')}"
+    rf"(?:(?P<q2>{_TIMES})\)|\)(?P<q3>{_TIMES})?))\$")
 
 
 def _repeated_class(pattern: str) -> tuple[Ranges, int, int | None] | None:
@@ -175,7 +194,7 @@ def _repeated_class(pattern: str) -> tuple[Ranges, int, int | None] | None:
         else:
             codes.append(items[i][0])
             i += 1
-    quantifier = m.group("q1") or m.group("q2") or m.group("q3")
+    quantifier = m.group("q1") or m.group("q2") or m.group("q3") or "{1}"
     if quantifier in "*+":
         least, most = (0 if quantifier == "*" else 1), None
     else:
