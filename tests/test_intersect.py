@@ -407,11 +407,11 @@ def test_an_intersection_through_references_unions_and_objects():
 EVERYTHING = [".*", "", "^", "^[a-z]*", "a*", "(?:)", "x?", "^(?:ab)*", "\\A", "b|"]
 REPEATED = ["^[a-c_]*$", "^([a-c])+$", "^(?:[\\.\\-a])*$", "^[_a-]+$", "^[-.a]*$", "^[.-a]*$",
             "^[\\\\a]*$", "^(?:[a\\]])+$", "^[a-a]*$", "^[b]+$", "^[ab]*$", "^[a-c-]*$",
-            "^[\\^a]*$"]
+            "^[\\^a]*$", "^[a-c]{1,2}$", "^([ab])$", "^[_a]{0,3}$"]  # the last: a few words
 # Shorthands in a class: read as Python's `re` reads them, or not at all (None); exact where read.
 SHORTHANDS = ["^[\\w]*$", "^[\\d]+$", "^[\\s_]*$", "^[\\W]+$", "^[a\\d]*$", "^[\\w-]*$",
               "^[-\\w]*$", "^([\\D])+$"]
-UNREAD = ["^a.*$", "^[^a]*$", "^[a-c]{2}$", "^[[:alpha:]]*$", "a$", "\\ba", "^[c-a]*$",
+UNREAD = ["^a.*$", "^[^a]*$", "^[a-z]{2}$", "^[[:alpha:]]*$", "a$", "\\ba", "^[c-a]*$",
           "(?=a)", "^[a-c]?$", "^[a-c]*\\Z", "^(?:[a-c]*x)$", "^[a-c]*x$", "^[\\x61]*$"]
 ALPHABET = "abcd_.-\\]^\n 1é"
 

@@ -780,6 +780,37 @@ GENERATED = [
     ({"type": "array", "maxItems": 3, "items": {"oneOf": [
         {"type": "number", "minimum": 0}, {"type": "number", "maximum": 5},
         {"type": "string", "maxLength": 3}]}}, Guards()),
+    # the kinds and keys of oneOf branches (disjoint.py), finite oneOfs, patterns and names
+    ({"type": "array", "maxItems": 3, "items": {"oneOf": [  # json-patch: objects only
+        {"properties": {"op": {"enum": ["add"]}, "v": {"type": "integer"}},
+         "required": ["op", "v"], "additionalProperties": False},
+        {"properties": {"op": {"enum": ["remove"]}}, "required": ["op"],
+         "additionalProperties": False}]}}, Guards()),
+    ({"type": "object", "maxProperties": 2, "oneOf": [  # closed branches sharing a key
+        {"properties": {"p": {"type": "boolean"}, "o": {"type": "boolean"}},
+         "required": ["p"], "additionalProperties": False},
+        {"properties": {"p": {"type": "boolean"}, "r": {"type": "null"}},
+         "required": ["p"], "additionalProperties": False}]}, Guards()),
+    ({"oneOf": [{"enum": [[1], [1, 2], "x"]}, {"enum": [[1], "y"]}]}, Guards()),
+    ({"type": "object", "properties": {"tag": {"type": "string", "maxLength": 4,
+                                               "not": {"pattern": "^[a-z]{1,2}$"}}},
+      "required": ["tag"], "additionalProperties": False}, Guards()),
+    ({"type": "object", "minProperties": 1,  # minProperties as anyOf
+      "properties": {"a": {"type": "boolean"}, "b": {"type": "null"}},
+      "additionalProperties": False}, Guards()),
+    ({"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+      "$defs": {"base": {"properties": {"a": {"type": "boolean"}}}},
+      "allOf": [{"$ref": "#/$defs/base"}], "properties": {"b": {"type": "null"}},
+      "unevaluatedProperties": False}, Guards()),
+    ({"definitions": {"node": {"type": "object", "properties": {
+        "kids": {"type": "array", "maxItems": 2, "items": {"$ref": "#/definitions/node"}}},
+        "additionalProperties": False}},
+      "type": "object", "properties": {"a": {"$ref": "#/definitions/node"}},
+      "patternProperties": {"^[ab]$": {"$ref": "#/definitions/node"}},
+      "additionalProperties": False}, Guards(max_depth=2)),
+    ({"type": "object", "definitions": {"names": {"enum": ["a", "b"]}},
+      "propertyNames": {"$ref": "#/definitions/names"},
+      "patternProperties": {".*": {"type": "boolean"}}}, Guards()),
 ]
 
 

@@ -70,7 +70,8 @@ class Intersection:
                 return False
         if not isinstance(a, dict) or not isinstance(b, dict):
             return None
-        for x, y in ((a, b), (b, a)):
+        # (the side written first keeps its properties first: llguidance's key order)
+        for x, y, first in ((a, b, True), (b, a, False)):
             if "$ref" in x:
                 if len(x) > 1 and not self.overrides:
                     return None  # from 2019-09 a $ref beside keywords is a conjunction
@@ -78,24 +79,28 @@ class Intersection:
                     target = self.resolve(x["$ref"])
                 except (KeyError, IndexError, TypeError, ValueError):
                     return None
-                return self.of(target, y, depth + 1)
-        for x, y in ((a, b), (b, a)):
+                return self.of(target, y, depth + 1) if first else \
+                    self.of(y, target, depth + 1)
+        for x, y, first in ((a, b, True), (b, a, False)):
             if isinstance(x.get("anyOf"), list):
-                return self._any_of(x, y, depth)
+                return self._any_of(x, y, depth, first)
         if "enum" in a or "const" in a or "enum" in b or "const" in b:
             return self._values(a, b)
         if not set(a) <= _MERGED or not set(b) <= _MERGED:
             return None
         return self._merge(a, b, depth)
 
-    def _any_of(self, x: dict[str, Any], y: Any, depth: int) -> Any | None:
+    def _any_of(self, x: dict[str, Any], y: Any, depth: int, first: bool) -> Any | None:
         rest = {k: v for k, v in x.items() if k != "anyOf"}
         kept = []
         for branch in x["anyOf"]:
             if disjoint({"allOf": [rest, branch]}, y, self.resolve, self.dialect):
                 continue
             with_rest = self.of(rest, branch, depth + 1)
-            meet = None if with_rest is None else self.of(with_rest, y, depth + 1)
+            if with_rest is None:
+                return None
+            meet = self.of(with_rest, y, depth + 1) if first else \
+                self.of(y, with_rest, depth + 1)
             if meet is None:
                 return None
             if meet is not False:

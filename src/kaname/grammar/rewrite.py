@@ -76,6 +76,7 @@ MAX_CONTAINS_ALTERNATIVES = 64  # position choices enumerated for one contains
 _INTEGER_KEYWORDS = ("maxLength", "minLength", "maxItems", "minItems", "maxProperties",
                      "minProperties", "maxContains", "minContains")
 _NOT_ARRAY = ["null", "boolean", "object", "number", "string"]
+_NOT_OBJECT = ["null", "boolean", "array", "number", "string"]
 # In these dialects `$ref` overrides its sibling keywords: those are not rewritten (jsonschema
 # ignores them, and a rewrite would make llguidance enforce more of them, not the same).
 _REF_OVERRIDES = REF_OVERRIDES
@@ -105,7 +106,6 @@ class _Context:
     nested_dialects: bool
     out: Rewritten
     root: Any
-    unevaluated: bool = False  # the schema uses unevaluatedProperties somewhere
 
     def resolve(self, ref: str) -> Any:
         """The subschema a local `$ref` ("#/a/b") names in the schema being rewritten."""
@@ -177,8 +177,17 @@ def rewrite_schema(schema: Any) -> Rewritten:
     dialect = dialect_of(schema)
     ctx = _Context(dialect, _ref_fragments(out),
                    any(dialect_of(s) is not dialect for p, s in nodes if p and "$schema" in s),
-                   result, out,
-                   any("unevaluatedProperties" in n for _, n in nodes))
+                   result, out)
+    # unevaluatedProperties first, while every subschema still evaluates the keys it was
+    # written with (the other rewrites change which properties a subschema names).
+    for pointer, s in reversed(nodes):
+        if not ("$ref" in s and ctx.dialect in _REF_OVERRIDES):
+            _unevaluated_properties(s, pointer, ctx)
+    if any("unevaluatedProperties" in n or "unevaluatedItems" in n for _, n in nodes):
+        # What stays reads which keys / items the subschemas beside it evaluate, which the
+        # rewrites below change; llguidance refuses it anyway (strict) or leaves it to the
+        # post-check (lenient), so nothing more is rewritten.
+        return result
     # Bottom-up: a subschema is rewritten before a rewrite of its parent may move it.
     for pointer, s in reversed(nodes):
         if _finite_values(s, pointer, ctx):
@@ -194,7 +203,6 @@ def rewrite_schema(schema: Any) -> Rewritten:
         _property_names(s, pointer, ctx)
         _names_out_of_patterns(s, pointer, ctx)
         _min_properties(s, pointer, ctx)
-        _unevaluated_properties(s, pointer, ctx)
         _not(s, pointer, ctx)
         _if_then_else(s, pointer, ctx)
         _one_of(s, pointer, ctx)
@@ -735,8 +743,9 @@ def _property_names(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     properties whose name S refuses become `false`. Left as it is (refused): anything else in
     S, patternProperties beside a pattern, unevaluatedProperties beside it, a `$ref` into
     it, a dialect without the keyword."""
-    if "propertyNames" not in s or not ctx.knows("propertyNames") \
-            or ctx.referenced(pointer, "propertyNames"):
+    if "propertyNames" not in s or not ctx.knows("propertyNames") or any(
+            ctx.referenced(pointer, k) for k in ("propertyNames", "properties",
+                                                 "patternProperties", "additionalProperties")):
         return
     names_schema = s["propertyNames"]
     if isinstance(names_schema, dict) and set(names_schema) - _ANNOTATIONS == {"$ref"}:
@@ -1097,6 +1106,8 @@ def _min_properties(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
             return
         branches: list[Any] = [{"required": list(c)}
                                for c in itertools.combinations(optional, needed)]
+        if not branches:  # too few keys for any object: only the other types pass
+            branches = [{"type": _NOT_OBJECT}]
     elif needed == 1 and len(optional) < MAX_MIN_PROPERTIES_ALTERNATIVES:
         branches = [{"required": [k]} for k in optional]
         branches.append({"properties": dict.fromkeys(optional, False),
@@ -1219,15 +1230,14 @@ def _implied_type(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     `additionalProperties` that is `true` / `{}`, -> dropped.
 
     Exact: the `type` rejects nothing the `anyOf` accepts, and `additionalProperties: {}` is
-    the keyword's default (kept where an `unevaluatedProperties` could read it). llguidance
+    the keyword's default (no unevaluatedProperties is left to read it: rewrite_schema). llguidance
     intersects keywords beside an `anyOf` with each branch, which fails through a
     recursive reference."""
     branches = s.get("anyOf")
     if not isinstance(branches, list) or not branches:
         return
     more = s.get("additionalProperties")
-    if (more is True or more == {}) and not ctx.unevaluated \
-            and not ctx.referenced(pointer, "additionalProperties"):
+    if (more is True or more == {}) and not ctx.referenced(pointer, "additionalProperties"):
         del s["additionalProperties"]
         ctx.applied("additionalProperties: {} beside anyOf", f"{pointer}/additionalProperties")
     kinds = kinds_of(s["type"]) if "type" in s else None

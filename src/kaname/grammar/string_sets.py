@@ -19,6 +19,7 @@ _SURROGATE_START, _SURROGATE_END = 0xD800, 0xDFFF
 _MAX_CODE_POINT = 0x10FFFF
 CHARACTERS: Ranges = [(0, _MAX_CODE_POINT)]
 _ANY_CHAR = "(?s:.)"
+_MAX_WORDS = 64
 
 
 def strings_outside(words: Iterable[str], alphabet: Ranges | None = None) -> str:
@@ -56,10 +57,17 @@ def _outside(node: dict[str, Any], letters: Ranges, rest: str) -> str:
 def pattern_without(pattern: str, names: Iterable[str]) -> str | None:
     """A regex matching what `pattern` matches (searched, as JSON Schema does) except
     `names`, or None where `pattern` is not one this can read: one that matches every string,
-    or a class repeated over the whole string (`^[a-z0-9_]*$`, `^([A-Z])+$`)."""
+    a class repeated over the whole string (`^[a-z0-9_]*$`, `^([A-Z])+$`), or one of a few
+    words (`^[ab]{1,2}$`)."""
     names = set(names)
     if matches_everything(pattern):
         return "^" + strings_outside(names) + "$"
+    words = pattern_words(pattern, _MAX_WORDS)
+    if words is not None:  # a few words: the others, spelled out
+        rest = sorted(words - names)
+        if not rest:
+            return None
+        return "^(?:" + "|".join("".join(_code(ord(c)) for c in w) for w in rest) + ")$"
     repeated = _repeated_class(pattern)
     if repeated is None or repeated[1] > 1 or repeated[2] is not None:
         return None
