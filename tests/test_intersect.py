@@ -39,7 +39,7 @@ from kaname.grammar.disjoint import (
 )
 from kaname.grammar.intersect import Intersection
 from kaname.grammar.rewrite import rewrite_schema
-from kaname.grammar.string_sets import matches_everything, pattern_without
+from kaname.grammar.string_sets import matches_everything, pattern_without, pattern_words
 
 DRAFT7 = "http://json-schema.org/draft-07/schema#"
 DIALECTS = [(None, jsonschema.Draft202012Validator), (DRAFT7, jsonschema.Draft7Validator)]
@@ -428,6 +428,9 @@ def _without_names(pattern: str, names: set[str], strings: list[str]) -> None:
     result = pattern_without(pattern, names)
     if pattern in SHORTHANDS and result is None:
         return
+    words = pattern_words(pattern, 64)
+    if result is None and words is not None and words <= names:
+        return  # a few words, all of them names: nothing is left to match (not rewritten)
     assert result is not None, pattern
     assert "[^" not in result  # positive ranges only (guards.py narrows negated classes)
     compiled = re.compile(result)

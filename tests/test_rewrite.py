@@ -515,6 +515,23 @@ def test_a_schema_without_dollar_schema_using_dependencies_is_read_as_draft_7(ge
         compiler.compile(JsonSchema(newer))
 
 
+@pytest.mark.parametrize("schema, pointer", [
+    ({"type": "object", "patternProperties": {"a": {"type": "string"}, "b": {"type": "integer"}}},
+     "/patternProperties"),
+    ({"type": "object", "patternProperties": {"^z$": {}}, "properties": {"x": {
+        "type": "object", "patternProperties": {"^x": {"type": "string"}, "y": {}}}}},
+     "/properties/x/patternProperties"),
+])
+def test_overlapping_pattern_properties_are_refused_naming_keyword_and_pointer(compiler, schema,
+                                                                             pointer):
+    """llguidance's error about the schema as a whole ("patternProperty regexes /^x/ and /y/
+    are not disjoint") names the keyword and the subschema holding the regexes."""
+    with pytest.raises(UnsupportedSchemaError) as e:
+        compiler.compile(JsonSchema(schema))
+    assert (e.value.keyword, e.value.pointer) == ("patternProperties", pointer)
+    assert "not disjoint" in str(e.value)
+
+
 def test_too_many_dependencies_stay_refused_with_pointer_and_reason(compiler):
     keys = [f"k{i}" for i in range(7)]  # 2**7 = 128 combinations, above the bound of 64
     schema = {"type": "object", "properties": {"inner": {

@@ -215,7 +215,8 @@ class GrammarCompiler:
             return self._compile_schema(c, g, user_schema, user_schema, c.strict,
                                         rewrite=False)
         except UnsupportedSchemaError as e:
-            better = _why_not_rewritten(e, rewrite_schema(user_schema).refused)
+            better = _named_whole(_why_not_rewritten(e, rewrite_schema(user_schema).refused),
+                                  user_schema)
             if better is e:
                 raise
             raise better from e
@@ -356,6 +357,46 @@ def _schema_error(message: str, schema: Any) -> ConstraintError:
     at = f" (at '{where.group(1)}')" if where else ""
     return UnsupportedSchemaError(f"schema cannot be enforced{at}: {message}",
                                   pointer=where.group(1) if where else None)
+
+
+# llguidance errors about the schema as a whole, by the keyword whose subschemas they concern
+_WHOLE = (
+    ("patternProperty regexes", "patternProperties"),
+    ("intersection stack level exceeded", "allOf"),
+    ("Unable to determine if regex is empty", "pattern"),
+)
+_OVERLAPPING = re.compile(r"patternProperty regexes /(.*)/ and /(.*)/ are not disjoint")
+
+
+def _named_whole(e: UnsupportedSchemaError, schema: Any) -> UnsupportedSchemaError:
+    """`e`, where it names no keyword and is one of llguidance's errors about the schema as a
+    whole, with the keyword it concerns and the first pointer to it (for overlapping
+    patternProperties, the first that holds one of the two regexes). Only the error finally
+    raised is named: the compile's fallbacks read `e` as it came."""
+    message = str(e)
+    if e.keyword is not None:
+        return e
+    for needle, keyword in _WHOLE:
+        if needle not in message:
+            continue
+        pointers = keyword_pointers(schema, keyword)
+        m = _OVERLAPPING.search(message)
+        if m and keyword == "patternProperties":
+            named = [p for p in pointers if _holds_pattern(schema, p, m.groups())]
+            pointers = named or pointers
+        pointer = pointers[0] if pointers else None
+        return UnsupportedSchemaError(
+            f"'{keyword}' at '{pointer}' cannot be enforced: {message}", keyword=keyword,
+            pointer=pointer)
+    return e
+
+
+def _holds_pattern(schema: Any, pointer: str, patterns: tuple[str, ...]) -> bool:
+    try:
+        node = resolve_pointer(schema, pointer)
+    except (KeyError, IndexError, TypeError):
+        return False
+    return isinstance(node, dict) and any(p in node for p in patterns)
 
 
 def _names_a_user_keyword(e: ConstraintError, schema: Any) -> bool:
