@@ -61,7 +61,7 @@ class Intersection:
         a, b = _bare(a), _bare(b)
         if a is None or b is None:
             return None
-        if _text(a) == _text(b):  # not ==: in Python 1 == True
+        if same_json(a, b):
             return a
         for x, y in ((a, b), (b, a)):
             if x is True or x == {}:
@@ -194,8 +194,9 @@ class Intersection:
         return True
 
 
-def _text(schema: Any) -> str:
-    return json.dumps(schema, sort_keys=True)
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two values are the same JSON text (not ==: in Python 1 == True)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _bare(schema: Any) -> Any:

@@ -64,7 +64,7 @@ from .disjoint import (
     finite_values as disjoint_facts_values,
 )
 from .guards import ANY_VALUE_NAME
-from .intersect import Intersection
+from .intersect import Intersection, same_json
 from .schema_walk import escape, has_reference, resolve_pointer, subschemas
 from .string_sets import pattern_without, pattern_words
 
@@ -981,7 +981,7 @@ def _finite_one_of(s: dict[str, Any], branches: list[Any], pointer: str,
     candidates: list[Any] = []
     for values in listed:
         for v in values or ():
-            if not any(_same_json(v, w) for w in candidates):
+            if not any(same_json(v, w) for w in candidates):
                 candidates.append(v)
     if len(candidates) > MAX_FINITE_VALUES:
         return False
@@ -996,10 +996,6 @@ def _finite_one_of(s: dict[str, Any], branches: list[Any], pointer: str,
     _add_all_of(s, {"enum": kept} if kept else False)
     ctx.applied("oneOf of finite sets as the values one branch accepts", f"{pointer}/oneOf")
     return True
-
-
-def _same_json(a: Any, b: Any) -> bool:
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 MAX_CLOSED_KEYS = 64
