@@ -115,6 +115,16 @@ def test_bad_arguments(args, words):
     assert_bad_input(kaname("generate", *args, "x"), *words)
 
 
+def test_ctx_size_reaches_generate():
+    """--ctx-size is the runtime's context: a prompt of ~60 tokens fits the test model's own
+    (unbounded), and not 16 tokens of it (bad input, exit 2, naming the size)."""
+    prompt = "word " * 60
+    ok = kaname("generate", "--model", "random", "--json", "--max-tokens", "4", prompt)
+    assert ok.returncode == 0, ok.stderr
+    assert_bad_input(kaname("generate", "--model", "random", "--ctx-size", "16",
+                            "--max-tokens", "4", prompt), "maximum context length is 16 tokens")
+
+
 MESSAGES = '[{"role": "user", "content": "Weather in Tokyo?"}]'
 TOOLS = ('[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": '
          '"object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]')

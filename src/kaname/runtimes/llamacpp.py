@@ -148,14 +148,74 @@ def default_vocab() -> Vocab:
     return load_vocab(default_model_path())
 
 
+# Gemma 3 270M (trained for 32,768 tokens), measured here (RSS of a process that loaded the
+# weights, 459 MiB, then created a context): +64 MiB at n_ctx 4,096, +577 MiB at 32,768, i.e.
+# 18 KiB a token: 18 layers x 1 KV head x (256 + 256) dims x 2 bytes, every layer in full
+# (llama.cpp's `swa_full`, kept on so that consecutive prompts can share their prefix). So
+# the trained context costs little on this model; the cap matters for larger models.
+_CONTEXT_STEP = 256  # llama.cpp pads context sizes to multiples of 256
+_MIN_CONTEXT = 512
+_KV_SHARE = 0.5  # of the memory available when the context is created
+
+
+def kv_bytes_per_token(model: lc.llama_model_p) -> int:
+    """Bytes of KV cache one token takes: f16 keys and values (llama.cpp's default cache
+    types) in every layer."""
+    n_head = lc.llama_model_n_head(model)
+    head_dim = lc.llama_model_n_embd(model) // max(n_head, 1)
+    key = _metadata_int(model, "attention.key_length") or head_dim
+    value = _metadata_int(model, "attention.value_length") or head_dim
+    return lc.llama_model_n_layer(model) * lc.llama_model_n_head_kv(model) * (key + value) * 2
+
+
+def _metadata_int(model: lc.llama_model_p, key: str) -> int | None:
+    """`{architecture}.{key}` of the GGUF's metadata as an int; None where absent."""
+    buf = ctypes.create_string_buffer(128)
+
+    def value(name: str) -> str | None:
+        n = lc.llama_model_meta_val_str(model, name.encode(), buf, len(buf))
+        return buf.value.decode() if n >= 0 else None
+
+    arch = value("general.architecture")
+    text = value(f"{arch}.{key}") if arch else None
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def available_memory() -> int:
+    """Bytes the kernel could give without swapping (MemAvailable), else free physical."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def context_size(n_ctx_train: int, kv_per_token: int, available: int) -> int:
+    """The context `n_ctx=0` gets: the trained one, capped so that the KV cache takes at most
+    half of the available memory (the weights, compute buffers and the server need the
+    rest), in llama.cpp's steps of 256; never under 512 tokens (or the trained context where
+    that is smaller), and 4,096 where the model does not say what it was trained for."""
+    trained = n_ctx_train if n_ctx_train > 0 else 4096
+    fits = int(available * _KV_SHARE) // max(kv_per_token, 1) // _CONTEXT_STEP * _CONTEXT_STEP
+    return min(trained, max(fits, _MIN_CONTEXT))
+
+
 class LlamaCppRuntime:
     """A GGUF model on the CPU (or whatever llama.cpp was built for)."""
 
     def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None):
+        """`n_ctx`: tokens of context; 0 is the model's trained context where memory allows it
+        (`context_size`), as llama.cpp's server reads `-c 0`."""
+        if n_ctx < 0:
+            raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
         self._v = load_vocab(path, vocab_only=False)
         params = lc.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = n_ctx or context_size(
+            lc.llama_model_n_ctx_train(self._v.model), kv_bytes_per_token(self._v.model),
+            available_memory())
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         # All cores by default; on a shared machine llama.cpp's spinning threads collapse
@@ -167,7 +227,8 @@ class LlamaCppRuntime:
         if not self._ctx:
             raise ModelError(f"llama.cpp could not create a context for {path}")
         self._mem = lc.llama_get_memory(self._ctx)
-        self.n_ctx = n_ctx
+        # what llama.cpp made of the request (it may round it), not what was asked
+        self.n_ctx: int = lc.llama_n_ctx(self._ctx)
         self._n_batch = n_batch
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self._n_vocab = lc.llama_vocab_n_tokens(self._v.vocab)

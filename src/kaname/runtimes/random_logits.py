@@ -42,13 +42,17 @@ def token_classes(tokenizer: llg.LLTokenizer
 
 
 class RandomLogitsRuntime:
-    """Seeded random logits over `tokenizer`'s vocabulary; the prompt is ignored."""
+    """Seeded random logits over `tokenizer`'s vocabulary; the prompt is ignored.
 
-    n_ctx: int | None = None  # no context window: the prompt is not even read
+    `n_ctx`: the context window it claims (the prompt is never read, so it holds any; a size
+    lets tests exercise context limits without a model). None: unbounded."""
 
     def __init__(self, tokenizer: llg.LLTokenizer, *, seed: int = 0, scale: float = 1.0,
                  close_bias: float = 1.5, eos_token_ids: Sequence[int] | None = None,
-                 bos_token_id: int | None = None):
+                 bos_token_id: int | None = None, n_ctx: int | None = None):
+        if n_ctx is not None and n_ctx < 1:
+            raise ValueError(f"n_ctx must be >= 1 or None, got {n_ctx}")
+        self.n_ctx = n_ctx
         self._tokenizer = tokenizer
         self._n_vocab = tokenizer.vocab_size
         self._eos = tuple(eos_token_ids if eos_token_ids is not None else tokenizer.eos_tokens)

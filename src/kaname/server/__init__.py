@@ -23,13 +23,18 @@ from .upstream import UpstreamBackend, discover_model
 
 
 def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
-    """`runtime_factory(model, fmt, seed)` makes one runtime (one per local replica)."""
+    """`runtime_factory(model, fmt, seed, ctx_size)` makes one runtime (one per local
+    replica); `ctx_size` is `config.ctx_size`, 0 meaning the model's own."""
     fmt = get_format(config.format)
     if config.reasoning in ("on", "required") and fmt.reasoning is None:
         raise ConstraintError(f"--reasoning {config.reasoning}: format {fmt.name} has no "
                               "reasoning block")
     if config.reasoning == "off":
         fmt.opening("off")  # a model whose prompt always opens the block cannot be switched off
+
+    def make_runtime() -> Any:
+        return runtime_factory(config.model, fmt, config.seed, config.ctx_size)
+
     if config.upstream and not config.upstream_model:
         config = dataclasses.replace(
             config, upstream_model=discover_model(config.upstream, config.upstream_api_key))
@@ -37,7 +42,7 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         assert config.upstream_model is not None  # given, or discovered above
         # The grammar's special tokens are ids of this vocabulary: it must be the upstream's.
         tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer else \
-            runtime_factory(config.model, fmt, config.seed).tokenizer
+            make_runtime().tokenizer
         compiler = GrammarCompiler(tokenizer, guards=config.guards)
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend: Backend = UpstreamBackend(
@@ -47,10 +52,9 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
             request_timeout=config.request_timeout, dialect=config.upstream_dialect,
             end_marker=fmt.end_of_turn)
     else:
-        first = Engine(runtime_factory(config.model, fmt, config.seed), guards=config.guards)
+        first = Engine(make_runtime(), guards=config.guards)
         compiler = first.compiler
-        engines = [first] + [Engine(runtime_factory(config.model, fmt, config.seed),
-                                    compiler=compiler)
+        engines = [first] + [Engine(make_runtime(), compiler=compiler)
                              for _ in range(config.concurrency() - 1)]
         metrics = Metrics(lambda: (compiler.hits, compiler.misses))
         backend = LocalBackend(engines, config.model_id(), metrics, max_queue=config.max_queue,

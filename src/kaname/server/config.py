@@ -36,6 +36,9 @@ class ServerConfig:
     default_max_tokens: int = 1024
     chat_template: str | None = None  # the model's Jinja template (else the format's spec)
     seed: int = 0                   # seed of the random/adversarial test models
+    # tokens of context of a local model (llama.cpp's -c); 0: the model's own trained context
+    # where memory allows it (the test models: unbounded)
+    ctx_size: int = 0
     guards: Guards = field(default_factory=Guards)  # defaults; a request's kaname.guards
     # reasoning where a request does not say: "on" (the model may reason), "required" (every
     # turn starts with a reasoning block) or "off" (the model does not reason: no request can
