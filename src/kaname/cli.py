@@ -8,9 +8,12 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import ConstraintError, KanameError
+
+if TYPE_CHECKING:  # the server is imported when serving, not for every command
+    from .server.config import ServerConfig
 
 _GUARD_OPTIONS = ("max_integer_digits", "max_fraction_digits", "max_string_length",
                   "max_array_items", "max_depth")
@@ -221,13 +224,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
-@_exit_codes
-def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+def _server_config(args: argparse.Namespace) -> ServerConfig:
+    """`kaname serve`'s options as a ServerConfig; bad values exit 2."""
     from .formats import get_format
     from .grammar import Guards
-    from .server import ServerConfig, build_app
+    from .server import ServerConfig
 
     get_format(args.format)  # an unknown format fails here, with exit code 2
     if args.tokenizer and not args.upstream:
@@ -238,18 +239,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < (0 if name == "max_queue" else 1):
             _fail(f"--{name.replace('_', '-')} is out of range")
-    config = ServerConfig(
+    return ServerConfig(
         model=args.model, format=args.format, host=args.host, port=args.port,
         api_key=args.api_key, upstream=args.upstream, upstream_model=args.upstream_model,
         upstream_api_key=args.upstream_api_key, upstream_dialect=args.upstream_dialect,
         tokenizer=args.tokenizer, ctx_size=args.ctx_size,
-        served_model_name=args.served_model_name,
+        served_model_names=tuple(args.served_model_name or ()),
+        any_model_name=args.any_model_name,
         strict_level=args.strict_level, reasoning=args.reasoning,
         max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
         max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0,
         guards=Guards(**{k: v for k, v in vars(args).items() if k in _GUARD_OPTIONS}),
         chat_template=_chat_template(args.chat_template, args.model))
+
+
+@_exit_codes
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .server import build_app
+
+    config = _server_config(args)
     app = build_app(config, _runtime_for_format)
     config = app.state.config
     where = f"upstream {config.upstream}" if config.upstream else f"model {config.model}"
@@ -463,7 +474,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(else --model gives the vocabulary)")
     s.add_argument("--upstream-dialect", choices=["vllm", "sglang"], default="vllm",
                    help="vllm: structured_outputs.grammar (also kaname); sglang: ebnf")
-    s.add_argument("--served-model-name", default=None, help="model id clients use")
+    s.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                   help="names clients may use (as many as given); the first is the id "
+                        "/v1/models lists (default: the model's own name)")
+    s.add_argument("--any-model-name", action="store_true",
+                   help="answer whatever model name a request gives (one model is served; "
+                        "for clients that send a name of their own, such as Claude Code)")
     s.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
     s.add_argument("--reasoning", choices=["on", "off", "required"], default=None,
                    help="where a request does not say: the model may reason (on, the default "

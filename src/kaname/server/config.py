@@ -23,7 +23,9 @@ class ServerConfig:
     upstream_api_key: str | None = None
     tokenizer: str | None = None    # HF tokenizer.json of the upstream model (proxy mode)
     upstream_dialect: Literal["vllm", "sglang"] = "vllm"  # where the grammar goes in the body
-    served_model_name: str | None = None
+    # names clients may use, the first being the id /v1/models lists (--served-model-name A B)
+    served_model_names: tuple[str, ...] = ()
+    any_model_name: bool = False    # answer whatever model name a request gives (one model)
     strict_level: Literal["full", "names", "off"] = "full"
     # generations at once: local, engine replicas (default 1); upstream, requests in flight
     # (default 64: the upstream batches them)
@@ -70,12 +72,24 @@ class ServerConfig:
         return self.max_concurrency or (64 if self.upstream else 1)
 
     def model_id(self) -> str:
-        if self.served_model_name:
-            return self.served_model_name
+        """The id /v1/models lists and responses carry."""
+        return self.served_names()[0]
+
+    def served_names(self) -> list[str]:
+        """Every name a request may give ("default" too, see `accepts_model`), the id first:
+        --served-model-name's, else the one the model is known by."""
+        if self.served_model_names:
+            return list(dict.fromkeys(self.served_model_names))
         if self.upstream and self.upstream_model:
-            return self.upstream_model
+            return [self.upstream_model]
         if self.model == "default":
-            return "gemma-3-270m"
+            return ["gemma-3-270m"]
         if self.model in ("random", "adversarial"):
-            return self.model
-        return self.model.rsplit("/", 1)[-1].removesuffix(".gguf")
+            return [self.model]
+        return [self.model.rsplit("/", 1)[-1].removesuffix(".gguf")]
+
+    def accepts_model(self, name: str) -> bool:
+        """Whether a request naming model `name` is answered: any name with
+        --any-model-name (clients such as Claude Code send their own default model name),
+        else a served name or "default"."""
+        return self.any_model_name or name == "default" or name in self.served_names()
