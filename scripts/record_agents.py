@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import agents  # noqa: E402  (tests/agents.py)
+import agents  # tests/agents.py
 
 MODEL = "kaname-test"
 FINAL = "done"
@@ -127,10 +127,11 @@ def anthropic_events(message: dict[str, Any]) -> list[tuple[str, dict[str, Any]]
         events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
                                                "delta": delta}))
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    usage = {"output_tokens": message["usage"]["output_tokens"]}
     events.append(("message_delta", {"type": "message_delta",
                                      "delta": {"stop_reason": message["stop_reason"],
                                                "stop_sequence": None},
-                                     "usage": {"output_tokens": message["usage"]["output_tokens"]}}))
+                                     "usage": usage}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
 
