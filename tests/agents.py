@@ -16,6 +16,7 @@ Used by tests/test_agents.py and scripts/record_agents.py; nothing here imports 
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -25,9 +26,11 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS_DIR = ROOT / ".cache" / "agents"
@@ -125,6 +128,77 @@ class OutboundLog:
         self.server.server_close()
 
     def __enter__(self) -> OutboundLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RecordingProxy:
+    """A pass-through HTTP server on 127.0.0.1 in front of `upstream` (a base URL without /v1):
+    every request is forwarded as it came and its answer streamed back as it goes; the
+    requests (method, path, headers, JSON body) and the answers' statuses are kept in order,
+    so a test can see what the agent sent after its tool ran."""
+
+    def __init__(self, upstream: str) -> None:
+        self.requests: list[dict[str, Any]] = []
+        target = urllib.parse.urlsplit(upstream)
+        recorded = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                entry: dict[str, Any] = {"method": self.command, "path": self.path,
+                                         "headers": {k.lower(): v
+                                                     for k, v in self.headers.items()},
+                                         "body": body}
+                recorded.append(entry)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "connection", "content-length",
+                                                "transfer-encoding", "accept-encoding")}
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=600)
+                try:
+                    conn.request(self.command, self.path, body=raw or None, headers=headers)
+                    resp = conn.getresponse()
+                    entry["status"] = resp.status
+                    self.send_response(resp.status)
+                    for k, v in resp.getheaders():
+                        if k.lower() not in ("connection", "content-length",
+                                             "transfer-encoding", "date", "server"):
+                            self.send_header(k, v)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    answer = b""
+                    while chunk := resp.read1(65536):
+                        answer += chunk
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    entry["answer"] = answer.decode(errors="replace")
+                finally:
+                    conn.close()
+
+            do_GET = do_POST = do_PUT = do_DELETE = _forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> RecordingProxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
