@@ -2,7 +2,7 @@
 
     python scripts/record_agents.py [--only claude-code|codex|claude-agent-sdk] [--dry-run]
 
-Runs every agent that `bash scripts/agents.sh install [--latest]` installed (tests/agents.py)
+Runs every agent that `bash scripts/agents.sh install [--latest]` installed (tests/coding_agents.py)
 against a capture server on 127.0.0.1 that speaks just enough of Anthropic Messages
 (POST /v1/messages, streaming or not, /v1/messages/count_tokens, GET /v1/models) and of OpenAI
 Responses (POST /v1/responses, streaming) for one turn with one tool round trip: a request
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import agents  # tests/agents.py
+import coding_agents as agents  # tests/coding_agents.py
 
 MODEL = "kaname-test"
 FINAL = "done"

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
-from agents import (
+from coding_agents import (
     DATA_DIR,
     HELLO,
     KINDS,
