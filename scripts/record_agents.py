@@ -41,7 +41,8 @@ FINAL = "done"
 KEEP_HEADERS = {"anthropic-beta", "anthropic-version", "user-agent", "x-app", "originator",
                 "openai-beta", "content-type", "accept", "x-stainless-lang",
                 "x-stainless-package-version", "x-stainless-runtime", "x-stainless-helper-method",
-                "anthropic-dangerous-direct-browser-access", "version"}
+                "anthropic-dangerous-direct-browser-access", "version",
+                "x-codex-beta-features"}
 CODEX_SHELLS = ("exec_command", "shell_command", "shell", "container.exec")
 
 
