@@ -12,6 +12,7 @@ from kaname.server import ServerConfig
 @pytest.mark.parametrize("config, names", [
     (ServerConfig(), ["gemma-3-270m"]),
     (ServerConfig(model="random"), ["random"]),
+    (ServerConfig(model="scripted:tests/data/script.json"), ["scripted"]),
     (ServerConfig(model="/models/Qwen3-8B-Q4_K_M.gguf"), ["Qwen3-8B-Q4_K_M"]),
     (ServerConfig(upstream="http://u/v1", upstream_model="qwen3"), ["qwen3"]),
     (ServerConfig(served_model_names=("claude-sonnet-4-5", "gpt-5", "claude-sonnet-4-5")),

@@ -6,13 +6,17 @@ import argparse
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import ConstraintError, KanameError
 
-if TYPE_CHECKING:  # the server is imported when serving, not for every command
+if TYPE_CHECKING:  # imported where used, not for every command
+    import llguidance as llg
+
+    from .formats import ChatFormat
+    from .runtimes.scripted import ScriptedRuntime
     from .server.config import ServerConfig
 
 _GUARD_OPTIONS = ("max_integer_digits", "max_fraction_digits", "max_string_length",
@@ -81,14 +85,22 @@ def _ctx_size(text: str) -> int:
     return int(text)
 
 
+_MODELS = "default, random, adversarial, scripted:SCRIPT.json or a .gguf file"
+
+
 def load_runtime(model: str, seed: int | None = None,  # type: ignore[no-untyped-def]
                  n_ctx: int = 0):
-    """`default`, `random`, `adversarial` or a path to a .gguf file, with `n_ctx` tokens of
-    context: 0 is the model's own (a GGUF's trained context where memory allows it; no limit
-    for the test models, which do not read the prompt)."""
+    """`default`, `random`, `adversarial`, `scripted:PATH` or a path to a .gguf file, with
+    `n_ctx` tokens of context: 0 is the model's own (a GGUF's trained context where memory
+    allows it; no limit for the test models, which do not read the prompt for their
+    logits). The test models use the embedded model's vocabulary."""
     from .runtimes import llamacpp
     from .runtimes.random_logits import AdversarialRuntime, RandomLogitsRuntime
 
+    if model.startswith("scripted:"):
+        vocab = llamacpp.default_vocab()
+        return _scripted(model, None, vocab.tokenizer, vocab.eos_token_ids, vocab.bos_token_id,
+                         n_ctx)
     if model == "default":
         return llamacpp.LlamaCppRuntime.default(n_ctx=n_ctx)
     if model in ("random", "adversarial"):
@@ -98,8 +110,29 @@ def load_runtime(model: str, seed: int | None = None,  # type: ignore[no-untyped
                    bos_token_id=vocab.bos_token_id, n_ctx=n_ctx or None)
     path = Path(model)
     if not path.is_file():
-        _fail(f"--model: expected default, random, adversarial or a .gguf file, got {model!r}")
+        _fail(f"--model: expected {_MODELS}, got {model!r}")
     return llamacpp.LlamaCppRuntime(path, n_ctx=n_ctx)
+
+
+def _scripted(model: str, fmt: ChatFormat | None, tokenizer: llg.LLTokenizer,
+              eos: Sequence[int], bos: int | None, n_ctx: int) -> ScriptedRuntime:
+    """`scripted:PATH` over a vocabulary; with a chat format (None for a raw prompt), its
+    turns are chosen by the assistant turns a prompt holds (runtimes/scripted.py)."""
+    from .runtimes.scripted import ScriptedRuntime, load_script
+
+    turns = load_script(model.removeprefix("scripted:"))  # ValueError: exit 2
+    if fmt is None:
+        return ScriptedRuntime(tokenizer, turns, eos_token_ids=eos, bos_token_id=bos,
+                               n_ctx=n_ctx or None)
+    prompts = []
+    for mode in ("off", "on", "required"):
+        try:
+            prompts.append(fmt.generation_prompt + fmt.opening(mode))
+        except ConstraintError:  # a mode the format cannot have opens no prompt
+            pass
+    return ScriptedRuntime(tokenizer, turns, eos_token_ids=eos, bos_token_id=bos,
+                           assistant_prefix=fmt.assistant_prefix, generation_prompts=prompts,
+                           end_markers=fmt.end_markers, n_ctx=n_ctx or None)
 
 
 def _constraint(args: argparse.Namespace) -> Any:
@@ -167,11 +200,20 @@ def _chat_template(choice: str, model: str) -> str | None:
 
 def _runtime_for_format(model: str, fmt, seed: int | None,  # type: ignore[no-untyped-def]
                         n_ctx: int = 0):
-    """`random`/`adversarial` carry the format's special tokens: the Gemma vocabulary for
-    gemma3, a synthetic vocabulary with the format's tokens otherwise."""
+    """The test models (`random`, `adversarial`, `scripted:PATH`) carry the format's special
+    tokens: the Gemma vocabulary for gemma3, a synthetic vocabulary with the format's tokens
+    otherwise."""
+    from .runtimes.llamacpp import default_vocab
     from .runtimes.random_logits import AdversarialRuntime, RandomLogitsRuntime
     from .runtimes.synthetic import synthetic_tokenizer
 
+    if model.startswith("scripted:"):
+        if fmt.name == "gemma3":
+            vocab = default_vocab()
+            return _scripted(model, fmt, vocab.tokenizer, vocab.eos_token_ids,
+                             vocab.bos_token_id, n_ctx)
+        tokenizer, eos = synthetic_tokenizer(fmt.special_tokens)
+        return _scripted(model, fmt, tokenizer, eos, None, n_ctx)
     if model not in ("random", "adversarial") or fmt.name == "gemma3":
         return load_runtime(model, seed, n_ctx)
     tokenizer, eos = synthetic_tokenizer(fmt.special_tokens)
@@ -417,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate text under a constraint")
     g.add_argument("prompt", help="prompt text (raw completion, no chat template)")
     g.add_argument("--model", default="default",
-                   help="default (embedded Gemma 3 270M), random, adversarial or PATH.gguf")
+                   help="default (embedded Gemma 3 270M), random, adversarial, "
+                        "scripted:SCRIPT.json (test models) or PATH.gguf")
     g.add_argument("--json-schema", metavar="FILE", help="JSON Schema file (strict)")
     g.add_argument("--response-format", metavar="FILE_OR_JSON",
                    help="OpenAI response_format object, inline JSON or a file")
@@ -433,7 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("chat", help="one assistant turn in a model's chat format")
     c.add_argument("--model", default="default",
-                   help="default (embedded Gemma 3 270M), random, adversarial or PATH.gguf")
+                   help="default (embedded Gemma 3 270M), random, adversarial, "
+                        "scripted:SCRIPT.json (test models) or PATH.gguf")
     c.add_argument("--format", default="gemma3", help="chat format (see `kaname formats`)")
     c.add_argument("--messages", required=True, metavar="FILE.json",
                    help="OpenAI messages list (file or inline JSON)")
@@ -457,8 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="OpenAI-compatible server (local model or upstream proxy)")
     s.add_argument("--model", default="default",
-                   help="default (embedded Gemma 3 270M), random, adversarial or PATH.gguf; "
-                        "with --upstream, the vocabulary the grammar is built for")
+                   help="default (embedded Gemma 3 270M), random, adversarial, "
+                        "scripted:SCRIPT.json (test models) or PATH.gguf; with --upstream, "
+                        "the vocabulary the grammar is built for")
     s.add_argument("--format", default="gemma3", help="chat format (see `kaname formats`)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)

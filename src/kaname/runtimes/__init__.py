@@ -1,4 +1,5 @@
-"""Model execution behind one protocol: llama.cpp (embedded), random-logits test models.
+"""Model execution behind one protocol: llama.cpp (embedded), random-logits and scripted test
+models.
 
 `llamacpp` is imported lazily so that code needing only the protocol or the random runtimes
 does not load llama.cpp's shared library.
@@ -6,5 +7,6 @@ does not load llama.cpp's shared library.
 
 from .base import Runtime
 from .random_logits import AdversarialRuntime, RandomLogitsRuntime
+from .scripted import ScriptedRuntime
 
-__all__ = ["AdversarialRuntime", "RandomLogitsRuntime", "Runtime"]
+__all__ = ["AdversarialRuntime", "RandomLogitsRuntime", "Runtime", "ScriptedRuntime"]

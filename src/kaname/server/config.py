@@ -13,7 +13,7 @@ from .protocol import ReasoningAsk
 
 @dataclass
 class ServerConfig:
-    model: str = "default"          # default | random | adversarial | PATH.gguf
+    model: str = "default"          # default | random | adversarial | scripted:PATH | PATH.gguf
     format: str = "gemma3"
     host: str = "127.0.0.1"
     port: int = 8000
@@ -86,6 +86,8 @@ class ServerConfig:
             return ["gemma-3-270m"]
         if self.model in ("random", "adversarial"):
             return [self.model]
+        if self.model.startswith("scripted:"):
+            return ["scripted"]
         return [self.model.rsplit("/", 1)[-1].removesuffix(".gguf")]
 
     def accepts_model(self, name: str) -> bool:
