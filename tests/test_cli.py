@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kaname.cli import format_reasoning
+from kaname.formats import FORMATS, get_format
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -151,6 +154,25 @@ def test_chat_random_model_every_format(fmt):
         [call] = out["message"]["tool_calls"]
         assert call["function"]["name"] == "get_weather"
         assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_chat_reasoning_defaults_to_the_formats_own(name):
+    """Without --reasoning, every format gets a mode it can have: the model may reason where
+    the format has a reasoning block (as `kaname serve` does), else it does not."""
+    fmt = get_format(name)
+    mode = format_reasoning(fmt)
+    assert mode == ("on" if fmt.reasoning else "off")
+    fmt.opening(mode)  # raises ConstraintError where the format cannot have it
+
+
+def test_chat_without_reasoning_on_a_format_that_always_reasons():
+    """qwen3_thinking's prompt always opens its reasoning block: a fixed --reasoning off
+    default made this exit 2."""
+    p = kaname("chat", "--model", "random", "--format", "qwen3_thinking", "--messages",
+               MESSAGES, "--max-tokens", "32", "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["message"]["role"] == "assistant"
 
 
 @pytest.mark.parametrize("args, words", [

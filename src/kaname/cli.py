@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from .errors import ConstraintError, KanameError
 
@@ -221,6 +221,13 @@ def _runtime_for_format(model: str, fmt, seed: int | None,  # type: ignore[no-un
     return cls(tokenizer, seed=seed or 0, eos_token_ids=eos, n_ctx=n_ctx or None)
 
 
+def format_reasoning(fmt: ChatFormat) -> Literal["on", "off"]:
+    """A format's own reasoning mode, the one `kaname serve` uses where a request does not
+    say: the model may reason where the format has a reasoning block. (A fixed "off" made
+    `kaname chat --format qwen3_thinking` exit 2: its prompt always opens the block.)"""
+    return "on" if fmt.reasoning is not None else "off"
+
+
 @_exit_codes
 def cmd_chat(args: argparse.Namespace) -> int:
     from .chat import chat
@@ -238,7 +245,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     engine = Engine(_runtime_for_format(args.model, fmt, args.seed, args.ctx_size))
     result = chat(engine, fmt, messages, tools=tools, tool_choice=args.tool_choice,
                   parallel_tool_calls=args.parallel_tool_calls == "true",
-                  response_format=rf, reasoning=args.reasoning,
+                  response_format=rf, reasoning=args.reasoning or format_reasoning(fmt),
                   max_reasoning_tokens=args.max_reasoning_tokens,
                   strict_level=args.strict_level, max_tokens=args.max_tokens,
                   temperature=args.temperature, seed=args.seed,
@@ -486,7 +493,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto, required, none or a function name")
     c.add_argument("--parallel-tool-calls", choices=["true", "false"], default="true")
     c.add_argument("--response-format", metavar="FILE_OR_JSON")
-    c.add_argument("--reasoning", choices=["on", "off", "required"], default="off")
+    c.add_argument("--reasoning", choices=["on", "off", "required"], default=None,
+                   help="the model may reason (on), must (required) or does not (off); "
+                        "default: the format's own, as `kaname serve` has it (on where the "
+                        "format has a reasoning block)")
     c.add_argument("--max-reasoning-tokens", type=int, default=None)
     c.add_argument("--strict-level", choices=["full", "names", "off"], default="full")
     c.add_argument("--chat-template", default="auto", metavar="auto|spec|FILE.jinja",
