@@ -137,8 +137,9 @@ class OutboundLog:
 class RecordingProxy:
     """A pass-through HTTP server on 127.0.0.1 in front of `upstream` (a base URL without /v1):
     every request is forwarded as it came and its answer streamed back as it goes; the
-    requests (method, path, headers, JSON body) and the answers' statuses are kept in order,
-    so a test can see what the agent sent after its tool ran."""
+    requests (method, path, headers, JSON body), the answers (status, text, whether the agent
+    hung up before the end) are kept in order, so a test can see what the agent sent after its
+    tool ran."""
 
     def __init__(self, upstream: str) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -178,11 +179,17 @@ class RecordingProxy:
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     answer = b""
-                    while chunk := resp.read1(65536):
-                        answer += chunk
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                        self.wfile.flush()
-                    self.wfile.write(b"0\r\n\r\n")
+                    try:
+                        while chunk := resp.read1(65536):
+                            answer += chunk
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                            self.wfile.flush()
+                        self.wfile.write(b"0\r\n\r\n")
+                    except (BrokenPipeError, ConnectionResetError):
+                        # the agent hung up (the SDK drops its title request when the turn
+                        # ends): written down, not an error of the proxy
+                        entry["aborted"] = True
+                        self.close_connection = True
                     entry["answer"] = answer.decode(errors="replace")
                 finally:
                     conn.close()
