@@ -369,8 +369,21 @@ def script_for(agent: Agent, workdir: Path, format_: str) -> dict[str, Any]:
     last = "done"
     if format_ == "qwen3":
         first = "<think>\nhello.txt is in the working directory: read it.\n</think>\n\n" + first
-        last = "<think>\nIt says " + HELLO + ".\n</think>\n\n" + last
+        last = "<think>\nThe tool answered; say so.\n</think>\n\n" + last
     return {"turns": [first, last]}
+
+
+def tool_results(body: Any) -> list[Any]:
+    """The tool results a request carries back: Messages tool_result blocks, Responses
+    *_call_output items."""
+    if not isinstance(body, dict):
+        return []
+    found = [block for m in body.get("messages") or [] if isinstance(m.get("content"), list)
+             for block in m["content"] if block.get("type") == "tool_result"]
+    if isinstance(body.get("input"), list):
+        found += [item for item in body["input"]
+                  if str(item.get("type", "")).endswith("_call_output")]
+    return found
 
 
 def _agent_id(agent: Agent) -> str:
@@ -408,8 +421,10 @@ def test_agent_turn(agent, format_: str, tmp_path: Path):
             except AssertionError as e:
                 raise AssertionError(f"{r['method']} {r['path']} "
                                      f"({json.dumps(r['body'])[:200]}...): {e}\n{why}") from e
-    ran = [i for i, r in enumerate(proxy.requests) if HELLO in json.dumps(r["body"])]
-    assert ran, f"hello.txt's content never reached the server: the tool did not run\n{why}"
+    assert any(HELLO in json.dumps(result) for r in proxy.requests
+               for result in tool_results(r["body"])), \
+        f"no tool result holding hello.txt's content reached the server: the tool did not " \
+        f"run\n{why}"
     if agent.kind == "claude-agent-sdk":
         result = json.loads(run.stdout.strip().splitlines()[-1])
         assert result.get("result") == "done", why
