@@ -304,14 +304,15 @@ def test_chat_custom_tool_call_through_the_sdk(client):
 def test_chat_custom_tool_history_round_trip(client):
     """A custom call and its output in the history render as the call of a function of
     `input` and its result."""
-    from kaname.server.protocol import ChatCompletionRequest
+    from kaname.edges.chat import turn_from_chat
+    from kaname.formats.items import template_messages
 
-    history = ChatCompletionRequest.model_validate({"model": "m", "messages": [
+    history = turn_from_chat({"model": "m", "messages": [
         {"role": "user", "content": "2+2?"},
         {"role": "assistant", "tool_calls": [{"id": "c1", "type": "custom", "custom": {
             "name": "calc", "input": "2 + 2"}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "4"}]})
-    prompt = render_prompt(get_format("qwen3"), history.message_dicts(), TOOLS[:1])
+    prompt = render_prompt(get_format("qwen3"), template_messages(history.messages), TOOLS[:1])
     assert '<tool_call>\n{"name": "calc", "arguments": {"input": "2 + 2"}}\n</tool_call>' \
         in prompt
     assert "<tool_response>\n4\n</tool_response>" in prompt

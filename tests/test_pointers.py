@@ -1,14 +1,17 @@
 """Errors point into the request that was sent: pydantic locations read against the body,
-chat pointers moved into another API's request, message pointers past inserted turns."""
+each API's fields carrying their own pointers into the one pipeline (no table of moves),
+message pointers past inserted turns."""
 
 from __future__ import annotations
 
 import pytest
 
+from kaname.chat import prepare
+from kaname.edges import chat, messages, responses
 from kaname.errors import ConstraintError
 from kaname.formats import get_format, render_prompt, tools_from_openai
-from kaname.server.errors import APIError
-from kaname.server.turn import Pointers
+from kaname.grammar import GrammarCompiler
+from kaname.runtimes.synthetic import synthetic_tokenizer
 
 BODY = {"tools": [{"type": "function"}], "messages": [{"role": "user", "content": {"a": 1}}],
         "tool_choice": "x"}
@@ -22,26 +25,55 @@ BODY = {"tools": [{"type": "function"}], "messages": [{"role": "user", "content"
     (("tools", 3, "function"), "/tools"),  # an index the body does not have
 ])
 def test_pointer_of_keeps_only_steps_in_the_body(loc, pointer):
-    from kaname.server.errors import pointer_of
+    from kaname.edges.common import pointer_of
 
     assert pointer_of(loc, BODY) == pointer
 
 
-def test_pointers_move_slashed_and_bare_params():
-    where = Pointers((("/messages/2", "/input/1"), ("/messages", "/input"),
-                      ("/response_format/json_schema/schema", "/text/format/schema"),
-                      ("/reasoning_effort", "/reasoning/effort")))
-    assert where("/messages/2/content/0") == "/input/1/content/0"
-    assert where("/messages/20") == "/input/20"  # a prefix ends at a segment boundary
-    assert where("reasoning_effort") == "reasoning/effort"
-    assert where("/tools/0") == "/tools/0"
-    e = where.error(ConstraintError("bad 'x' at /response_format/json_schema/schema/x",
-                                    keyword="x", pointer="/response_format/json_schema/schema/x"))
-    assert isinstance(e, ConstraintError) and e.pointer == "/text/format/schema/x"
-    assert "/text/format/schema/x" in e.message and "response_format" not in e.message
-    api = where.error(APIError(400, "reasoning_effort: no", param="reasoning_effort"))
-    assert isinstance(api, APIError) and api.param == "reasoning/effort"
-    assert api.message == "reasoning/effort: no"
+STRICT = {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True,
+                                                    "items": {"type": "string"}}},
+          "required": ["tags"], "additionalProperties": False}
+ASK = [{"role": "user", "content": "x"}]
+
+
+def _turn_error(edge_turn):
+    fmt = get_format("qwen3")
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    with pytest.raises(ConstraintError) as info:
+        prepare(fmt, edge_turn, tok, GrammarCompiler(tok))
+    return info.value
+
+
+@pytest.mark.parametrize(("turn", "pointer"), [
+    (lambda: chat.turn_from_chat({"model": "m", "messages": ASK, "tools": [
+        {"type": "function", "function": {"name": "f", "strict": True,
+                                          "parameters": STRICT}}]}),
+     "/tools/0/function/parameters/properties/tags/uniqueItems"),
+    (lambda: chat.turn_from_chat({"model": "m", "messages": ASK, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "r", "strict": True, "schema": STRICT}}}),
+     "/response_format/json_schema/schema/properties/tags/uniqueItems"),
+    (lambda: messages.to_turn(messages.MessagesRequest.model_validate({
+        "model": "m", "max_tokens": 9, "messages": ASK, "tools": [
+            {"name": "f", "input_schema": STRICT, "strict": True}]})),
+     "/tools/0/input_schema/properties/tags/uniqueItems"),
+    (lambda: messages.to_turn(messages.MessagesRequest.model_validate({
+        "model": "m", "max_tokens": 9, "messages": ASK,
+        "output_config": {"format": {"type": "json_schema", "schema": STRICT}}})),
+     "/output_config/format/schema/properties/tags/uniqueItems"),
+    (lambda: responses.to_turn(responses.ResponsesRequest.model_validate({
+        "model": "m", "input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": [
+            {"type": "function", "name": "f", "parameters": STRICT}]}]}), ()),
+     "/tools/0/tools/0/parameters/properties/tags/uniqueItems"),
+    (lambda: responses.to_turn(responses.ResponsesRequest.model_validate({
+        "model": "m", "input": "x", "text": {"format": {
+            "type": "json_schema", "name": "r", "strict": True, "schema": STRICT}}}), ()),
+     "/text/format/schema/properties/tags/uniqueItems"),
+])
+def test_each_api_names_its_own_pointer(turn, pointer):
+    """A strict schema kaname cannot enforce: the error names the keyword where the caller's
+    API put it, from the pointer the edge gave the field."""
+    e = _turn_error(turn())
+    assert e.pointer == pointer and e.keyword == "uniqueItems"
 
 
 def test_history_pointers_count_the_requests_messages():

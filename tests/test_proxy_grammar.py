@@ -23,10 +23,10 @@ from fake_upstreams import (
 from serverproc import ServerProcess
 
 from kaname.chat import prepare_turn
+from kaname.edges.completions import CompletionRequest
 from kaname.formats import get_format
 from kaname.grammar import GrammarCompiler, JsonObject
 from kaname.runtimes.synthetic import synthetic_tokenizer
-from kaname.server.protocol import CompletionRequest
 
 MODEL = ("--model", "random", "--format", "qwen3")
 

@@ -174,7 +174,7 @@ def test_tool_round_trip_resent_or_by_previous_response_id(client):
         with pytest.raises(openai.BadRequestError) as e:
             client.responses.create(model="random", previous_response_id=bad, input="x")
         assert e.value.body["code"] == "previous_response_not_found"
-        assert e.value.body["param"] == "previous_response_id"
+        assert e.value.body["param"] == "/previous_response_id"
 
 
 def test_structured_output_parse(client):
@@ -316,9 +316,9 @@ def test_stream_equals_non_stream(client):
 def test_an_error_once_streaming_is_response_failed():
     from types import SimpleNamespace
 
+    from kaname.edges.responses import Context, ResponsesRequest
     from kaname.errors import ModelError
-    from kaname.server.responses_api import Context, ResponseStore, _stream
-    from kaname.server.responses_protocol import ResponsesRequest
+    from kaname.server.responses_api import ResponseStore, _stream
 
     async def failing(turn):
         yield {"content": "half an ans"}
@@ -326,11 +326,11 @@ def test_an_error_once_streaming_is_response_failed():
 
     turns: Any = SimpleNamespace(stream=failing)
     turn: Any = SimpleNamespace(response_id="abc", created=1)
-    ctx = Context(ResponsesRequest(model="m", input="x"), turn, "m", ())
+    ctx = Context(ResponsesRequest(model="m", input="x"), "abc", 1, "m", ())
     store = ResponseStore()
 
     async def events() -> list[dict[str, Any]]:
-        return [e async for e in _stream(turns, ctx, store, None)]
+        return [e async for e in _stream(turns, turn, ctx, store, None, {})]
 
     got = asyncio.run(events())
     assert [e["type"] for e in got] == [
@@ -383,40 +383,53 @@ def test_errors_name_the_responses_field(client, http):
         "type": "json_schema", "name": "t", "schema": unique, "strict": True}})
     assert err["param"] == "/text/format/schema/properties/tags/uniqueItems"
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"input": [{"role": "user", "content": "x"}, {"type": "web_search_call", "id": "w"}]},
-         "/input/1/type"),
         ({"input": [{"role": "user", "content": [
             {"type": "input_text", "text": "x"},
             {"type": "input_image", "image_url": "https://x/y.png"}]}]},
          "/input/0/content/1/type"),
         ({"input": [{"role": "wizard", "content": "x"}]}, "/input/0/role"),
-        ({"input": [{"type": "reasoning", "id": "rs_1", "summary": [],
-                     "encrypted_content": "gAAA"}, {"role": "user", "content": "x"}]},
-         "/input/0/encrypted_content"),
         ({"input": [{"role": "user", "content": "x"},
                      {"type": "function_call", "call_id": "c1", "arguments": "{}"}]},
          "/input/1/name"),
-        ({"input": "x", "tools": [{"type": "web_search"}]}, "/tools/0/type"),
         ({"input": "x", "tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}},
          "/tool_choice"),
         ({"input": "x", "tools": TOOLS, "tool_choice": {
             "type": "allowed_tools", "mode": "auto",
             "tools": [{"type": "function", "name": "get_weather"},
                       {"type": "function", "name": "nope"}]}}, "/tool_choice/tools/1"),
-        ({"input": "x", "max_output_tokens": 10**6}, "max_output_tokens"),
-        ({"input": "x", "background": True}, "background"),
+        ({"input": "x", "background": True}, "/background"),
         ({"input": "x", "reasoning": {"effort": "extreme"}}, "/reasoning/effort"),
         ({"input": "x", "include": ["message.output_text.logprobs"]}, "/include/0"),
-        ({"input": []}, "input"),
+        ({"input": []}, "/input"),
         ({"input": "x", "tools": [CUSTOM_TOOLS[0] | {"format": {
             "type": "grammar", "syntax": "lark", "definition": "start: undefined_rule"}}]},
          "/tools/0/format/definition"),
     ]
     for kwargs, param in cases:
         assert _bad(client, openai.BadRequestError, **kwargs)["param"] == param, kwargs
-    r = http.post("/v1/responses", json={"model": "random", "input": "x", "n": 2})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "n"
-    assert r.json()["error"]["code"] == "unknown_parameter"
+
+
+def test_field_policy_accepts_and_lists(http):
+    """What real clients send that kaname has no meaning for is served and listed with its
+    pointer (Codex sends client_metadata, include, prompt_cache_key and hosted tools by
+    default), never a 400."""
+    r = http.post("/v1/responses", json={
+        "model": "random", "max_output_tokens": 10**6, "n": 2, "store": False,
+        "client_metadata": {"x-codex-turn": "1"}, "prompt_cache_key": "k",
+        "include": ["reasoning.encrypted_content"],
+        "tools": [{"type": "web_search"}, *TOOLS],
+        "input": [{"type": "reasoning", "id": "rs_1", "summary": [],
+                   "encrypted_content": "gAAA"},
+                  {"role": "user", "content": "x"}, {"type": "web_search_call", "id": "w"}]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ignored = {i["pointer"]: i["reason"] for i in body["kaname"]["ignored"]}
+    assert set(ignored) == {"/n", "/client_metadata", "/prompt_cache_key", "/include/0",
+                            "/tools/0", "/input/0", "/input/2"}, ignored
+    assert "not offered" in ignored["/tools/0"]
+    # an output budget over what the model holds is served up to what fits, and says so
+    assert body["kaname"]["budget"]["asked"] == 10**6
+    assert body["kaname"]["budget"]["served"] < 10**6
 
 
 # ---- custom tools (Lark and regex grammars) --------------------------------------------------

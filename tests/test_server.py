@@ -186,22 +186,25 @@ def test_reasoning_switch(client):
 
 @pytest.mark.parametrize("args", [("--format", "qwen3", "--reasoning", "off"),
                                   ("--format", "hermes")])
-def test_a_model_that_does_not_reason_refuses_a_reasoning_request(args):
+def test_a_model_that_does_not_reason_serves_a_reasoning_request_without(args):
     """The grammar side (no `<think>` is accepted) is test_hermes_is_qwen3_without_reasoning;
-    here the HTTP side: asking such a server for reasoning is a 400 naming the field."""
+    here the HTTP side: agents send an effort whatever the model, so asking such a server for
+    reasoning is served without it and reported (field policy), not refused."""
     with ServerProcess("--model", "random", *args) as s:
         c = openai.OpenAI(base_url=f"{s.url}/v1", api_key="x", max_retries=0)
         off = c.chat.completions.create(model="random", messages=MESSAGES, max_tokens=5,
                                         reasoning_effort="none")
         assert off.choices[0].finish_reason in ("stop", "length")
-        for extra, param in (({"reasoning_effort": "high"}, "reasoning_effort"),
+        assert off.model_extra["kaname"]["ignored"] == []
+        for extra, param in (({"reasoning_effort": "high"}, "/reasoning_effort"),
                              ({"extra_body": {"chat_template_kwargs": {"enable_thinking": True}}},
-                              "chat_template_kwargs.enable_thinking")):
-            with pytest.raises(openai.BadRequestError) as e:
-                c.chat.completions.create(model="random", messages=MESSAGES, max_tokens=5,
-                                          **extra)
-            assert e.value.body["param"] == param
-            assert "does not reason" in e.value.body["message"]
+                              "/chat_template_kwargs/enable_thinking")):
+            r = c.chat.completions.create(model="random", messages=MESSAGES, max_tokens=20,
+                                          seed=1, **extra)
+            assert getattr(r.choices[0].message, "reasoning_content", None) is None
+            ignored = r.model_extra["kaname"]["ignored"]
+            assert [i["pointer"] for i in ignored] == [param], ignored
+            assert "without reasoning" in ignored[0]["reason"]
 
 
 def test_reasoning_for_a_format_without_it_fails_at_start():
@@ -275,7 +278,7 @@ def test_bad_requests_get_openai_errors(server, client):
     assert e.value.body["code"] == "model_not_found"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="random", messages=MESSAGES, n=2)
-    assert e.value.body["param"] == "n"
+    assert e.value.body["param"] == "/n"
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="random", messages=MESSAGES, max_tokens=10**6)
     with pytest.raises(openai.BadRequestError) as e:

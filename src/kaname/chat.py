@@ -1,58 +1,84 @@
-"""A whole chat turn under one grammar: render the prompt, constrain, parse, answer in
-OpenAI's assistant-message shape.
+"""One assistant turn, the one pipeline: a `TurnRequest` → prompt and grammar (`prepare`) →
+generated text → parsed turn, post-checks and report (`PreparedTurn.finish`).
 
-`prepare_turn` and `finish_turn` are the two halves around generation; the server uses them
-with its own (streamed, local or upstream) generation, `chat` with the engine's.
+The server runs it around its (streamed, local or upstream) generation; `chat` runs it with
+the engine's. The request comes from an API's edge (`kaname.edges`); `chat` takes chat
+completions' shape, the one Python callers write, through that edge's translation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 import llguidance as llg
 
-from .engine import Enforced, Engine
+from .engine import Engine, Usage
+from .errors import ConstraintError, FormatParseError
 from .formats import (
     ChatFormat,
     ParsedTurn,
-    Tool,
     TurnRequest,
     build_grammar,
     parse,
     parse_partial,
     render_prompt,
-    tools_from_openai,
 )
+from .formats.items import template_messages
 from .formats.render import turn_opening
-from .formats.request import ReasoningMode, StrictLevel
+from .formats.request import Ignored, ReasoningMode, StrictLevel
 from .formats.template import render_template
 from .formats.tool_checks import ToolCheck, call_verdicts, check_tools, not_enforced
-from .grammar import GrammarCompiler, Guards, Lark
+from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, Lark
+
+Finish = Literal["stop", "tool_calls", "length"]
+
+
+@dataclass
+class TurnResult:
+    """A finished turn, the one result every edge renders: the parsed turn, how it ended
+    (stop | tool_calls | length), one usage, and the report of what was enforced."""
+
+    turn: ParsedTurn
+    finish: Finish
+    usage: Usage
+    report: dict[str, Any]
+    raw_text: str = ""  # what was generated (the prompt's opening not included)
+    stop_sequence: str | None = None  # the stop string that ended the turn, where known
+    stopped_by_string: bool = False
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return int(self.report.get("reasoning_tokens", 0))
 
 
 @dataclass
 class PreparedTurn:
     """What generation needs: the prompt (as the format renders it, BOS included) and the Lark
-    grammar of the whole assistant turn."""
+    grammar of the whole assistant turn, with what the post-checks need afterwards."""
 
     fmt: ChatFormat
-    request: TurnRequest
+    request: TurnRequest  # reasoning and strict level resolved
     prompt: str
     grammar: str
     tools: dict[str, ToolCheck] = field(default_factory=dict)  # by name: what is enforced
+    content_check: CompiledConstraint | None = None
+    guards: Guards | None = None
+    ignored: tuple[Ignored, ...] = ()  # the request's, and what preparing it ignored
+    content_not_enforced: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def not_enforced(self) -> list[dict[str, str]]:
-        """Tool-schema keywords the grammar skips (non-strict tools), pointers into the
-        request; each call is post-checked instead (`call_verdicts`)."""
-        return not_enforced(self.tools)
+        """Keywords the grammar skips (lenient schemas), pointers into the request; each is
+        post-checked instead."""
+        return self.content_not_enforced + not_enforced(self.tools)
 
-    def call_verdicts(self, message: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The post-check of each tool call in an assistant message."""
-        return call_verdicts(self.tools, message.get("tool_calls") or [])
+    def call_verdicts(self, turn: ParsedTurn) -> list[dict[str, Any]]:
+        """The post-check of each tool call of a turn."""
+        return call_verdicts(self.tools, [c.to_openai() for c in turn.tool_calls])
 
     @property
     def opening(self) -> str:
@@ -65,40 +91,114 @@ class PreparedTurn:
         bos = self.fmt.bos
         return self.prompt.removeprefix(bos) if bos else self.prompt
 
+    def parse(self, text: str, finish_reason: str, id_prefix: str
+              ) -> tuple[ParsedTurn, Finish, bool]:
+        """The turn's generated text parsed (after the prompt's opening): (turn, finish,
+        whether a stop string cut it before its end marker)."""
+        text = self.opening + text
+        tools = self.request.tools
+        if finish_reason != "stop":
+            return parse_partial(self.fmt, text, id_prefix=id_prefix, tools=tools), \
+                "length", False
+        try:
+            turn = parse(self.fmt, text, id_prefix=id_prefix, tools=tools)
+        except FormatParseError:
+            if not self.request.sampling.stop:
+                raise
+            return parse_partial(self.fmt, text, id_prefix=id_prefix, tools=tools), \
+                "stop", True
+        return turn, "tool_calls" if turn.tool_calls else "stop", False
 
-def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
-                 tokenizer: llg.LLTokenizer, compiler: GrammarCompiler | None = None, *,
-                 tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: str = "auto",
-                 allowed_tools: Sequence[str] | None = None,
-                 parallel_tool_calls: bool = True,
-                 response_format: Mapping[str, Any] | None = None,
-                 reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
-                 strict_level: StrictLevel = "full",
-                 chat_template: str | None = None,
-                 guards: Guards | None = None) -> PreparedTurn:
-    """Render and build the grammar; ConstraintError (a 400) for what cannot be enforced.
-    `chat_template`: the model's own Jinja template renders the prompt instead of the spec.
-    `guards`: this turn's (default: the compiler's)."""
-    parsed_tools = tools_from_openai(tools)
+    def report(self, turn: ParsedTurn, finish: Finish, **extra: Any) -> dict[str, Any]:
+        """What was enforced and what the post-checks found (the response's `kaname`)."""
+        return {"format": self.fmt.name, "strict_level": self.request.strict_level,
+                "not_enforced": self.not_enforced,
+                "guards": asdict(self.guards) if self.guards is not None else None,
+                "content_valid": _content_valid(self.content_check, turn, finish),
+                "tool_calls_valid": self.call_verdicts(turn),
+                "ignored": [asdict(i) for i in self.ignored], **extra}
+
+
+def resolve_reasoning(fmt: ChatFormat, req: TurnRequest,
+                      default: Literal["on", "off", "required"] | None
+                      ) -> tuple[ReasoningMode, list[Ignored]]:
+    """The turn's reasoning mode: the request's ask over the server's default. An ask the
+    model cannot honour (an effort to a model without reasoning, "none" to a model whose
+    prompt always opens its reasoning) is served as the model can and reported: agents send
+    an effort by default, whatever the model."""
+    server: ReasoningMode = (default or "on") if fmt.reasoning else "off"
+    asked = req.reasoning_asked
+    if asked is None:
+        return server, []
+    if asked.mode == "off" and fmt.reasoning is not None \
+            and fmt.reasoning.opened_by_prompt and not fmt.reasoning.off:
+        return server, [Ignored(asked.pointer, f"format {fmt.name} always reasons (its "
+                                               "prompt opens the reasoning block)")]
+    if asked.mode != "off" and server == "off":
+        why = f"format {fmt.name} has no reasoning block" if not fmt.reasoning \
+            else "this server runs with --reasoning off"
+        return "off", [Ignored(asked.pointer, f"served without reasoning: {why}")]
+    return asked.mode, []
+
+
+def prepare(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
+            compiler: GrammarCompiler | None = None, *, chat_template: str | None = None,
+            reasoning_default: Literal["on", "off", "required"] | None = None,
+            strict_default: StrictLevel = "full", reasoning: ReasoningMode | None = None
+            ) -> PreparedTurn:
+    """Render the prompt and build the grammar of `req`; ConstraintError (a 400 naming the
+    field the request gave) for what cannot be enforced. `chat_template`: the model's own
+    Jinja template renders the prompt instead of the spec. `reasoning`: the mode, as a Python
+    caller decides it (else resolved from the request's ask and `reasoning_default`)."""
+    ignored: list[Ignored] = []
+    if reasoning is None:
+        reasoning, ignored = resolve_reasoning(fmt, req, reasoning_default)
+    guards = compiler.guards if compiler is not None else Guards()
+    if req.guards:
+        guards = dataclasses.replace(guards, **req.guards)
+    messages = template_messages(req.messages)
+    if not messages:
+        raise ConstraintError("give at least one message", pointer=req.origins.messages)
     if chat_template is not None:
-        prompt = render_template(chat_template, messages, parsed_tools, bos_token=fmt.bos,
-                                 eos_token=fmt.end_of_turn,
-                                 enable_thinking=reasoning != "off")
+        prompt = render_template(chat_template, messages, req.tools, bos_token=fmt.bos,
+                                 eos_token=fmt.end_of_turn, enable_thinking=reasoning != "off")
         opening = opened_by(fmt, prompt)
     else:
         # where the format's prompt opens the reasoning block, the prompt decides the mode
         opening = turn_opening(fmt, messages, reasoning)
-        prompt = render_prompt(fmt, messages, parsed_tools, reasoning=reasoning)
-    req = TurnRequest(tools=parsed_tools, tool_choice=tool_choice,
-                      allowed_tools=None if allowed_tools is None else tuple(allowed_tools),
-                      parallel_tool_calls=parallel_tool_calls, response_format=response_format,
-                      reasoning=reasoning, max_reasoning_tokens=max_reasoning_tokens,
-                      strict_level=strict_level, opening=opening)
-    if guards is None and compiler is not None:
-        guards = compiler.guards
+        prompt = render_prompt(fmt, messages, req.tools, reasoning=reasoning)
+    req = dataclasses.replace(req, reasoning=reasoning, opening=opening,
+                              strict_level=req.strict_level_asked or strict_default)
+    content_check, content_skipped = _check_content(compiler, req)
     checks = check_tools(fmt, req, compiler)
     lark = build_grammar(fmt, req, tokenizer, guards=guards, checks=checks)
-    return PreparedTurn(fmt, req, prompt, lark, checks)
+    return PreparedTurn(fmt, req, prompt, lark, checks, content_check, guards,
+                        (*req.ignored, *ignored), content_skipped)
+
+
+def _check_content(compiler: GrammarCompiler | None, req: TurnRequest
+                   ) -> tuple[CompiledConstraint | None, list[dict[str, str]]]:
+    """Compile a content schema alone first, so errors point into the request, and learn what
+    a lenient (strict not true) schema leaves unenforced."""
+    content = req.content
+    if compiler is None or not isinstance(content, JsonSchema):
+        return None, []
+    at = req.origins.schema
+    try:
+        compiled = compiler.compile(content)
+    except ConstraintError as e:
+        raise e.at(at) from e
+    return compiled, [{**asdict(n), "pointer": f"{at}{n.pointer}"}
+                      for n in compiled.not_enforced]
+
+
+def _content_valid(check: CompiledConstraint | None, turn: ParsedTurn, finish: str
+                   ) -> bool | None:
+    """The jsonschema post-check of JSON content (the whole schema, also what a lenient
+    grammar skipped); None when there is no schema or no content."""
+    if check is None or turn.content is None:
+        return None
+    return finish == "stop" and bool(check.validate(turn.content))
 
 
 def opened_by(fmt: ChatFormat, prompt: str) -> str:
@@ -119,30 +219,40 @@ def new_call_id_prefix(stem: str = "call_") -> str:
     return f"{stem}{uuid.uuid4().hex[:12]}_"
 
 
-def finish_turn(fmt: ChatFormat, text: str, finish_reason: str, *, id_prefix: str,
-                tools: Sequence[Tool] = ()) -> tuple[ParsedTurn, str]:
-    """Parse the turn's text (the prompt's opening, TurnRequest.opening, and what was
-    generated); the OpenAI finish_reason (stop | tool_calls | length). `tools` are the
-    request's (per-key formats need them to type argument values)."""
-    if finish_reason == "stop":
-        turn = parse(fmt, text, id_prefix=id_prefix, tools=tools)
-        return turn, "tool_calls" if turn.tool_calls else "stop"
-    return parse_partial(fmt, text, id_prefix=id_prefix, tools=tools), "length"
+def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
+                 tokenizer: llg.LLTokenizer, compiler: GrammarCompiler | None = None, *,
+                 tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: str = "auto",
+                 allowed_tools: Sequence[str] | None = None,
+                 parallel_tool_calls: bool = True,
+                 response_format: Mapping[str, Any] | None = None,
+                 reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
+                 strict_level: StrictLevel = "full",
+                 chat_template: str | None = None) -> PreparedTurn:
+    """`prepare` for a turn given in chat completions' shape (messages, tools and
+    response_format as OpenAI's chat API writes them), read by that API's edge."""
+    from .edges.chat import turn_from_chat  # the edge sits above the pipeline it feeds
+
+    body: dict[str, Any] = {"model": "default", "messages": list(messages),
+                            "tool_choice": _choice_body(tool_choice, allowed_tools),
+                            "parallel_tool_calls": parallel_tool_calls,
+                            "max_reasoning_tokens": max_reasoning_tokens,
+                            "strict_level": strict_level}
+    if tools:
+        body["tools"] = list(tools)
+    if response_format is not None:
+        body["response_format"] = response_format
+    return prepare(fmt, turn_from_chat(body), tokenizer, compiler,
+                   chat_template=chat_template, reasoning=reasoning)
 
 
-@dataclass
-class ChatResult:
-    message: dict[str, Any]
-    finish_reason: str  # "stop" | "tool_calls" | "length"
-    usage: dict[str, int]
-    enforced: Enforced
-    raw_text: str
-    not_enforced: list[dict[str, str]] = field(default_factory=list)
-    tool_calls_valid: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"message": self.message, "finish_reason": self.finish_reason,
-                "usage": self.usage}
+def _choice_body(choice: str, allowed: Sequence[str] | None) -> Any:
+    if allowed is not None:
+        return {"type": "allowed_tools", "allowed_tools": {
+            "mode": choice, "tools": [{"type": "function", "function": {"name": n}}
+                                      for n in allowed]}}
+    if choice in ("none", "auto", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
 
 
 def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]], *,
@@ -150,9 +260,9 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
          parallel_tool_calls: bool = True, response_format: Mapping[str, Any] | None = None,
          reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
          strict_level: StrictLevel = "full", max_tokens: int = 512, temperature: float = 0.0,
-         seed: int | None = None, chat_template: str | None = None) -> ChatResult:
-    """One assistant turn. Raises ConstraintError (a 400) for requests that cannot be
-    enforced."""
+         seed: int | None = None, chat_template: str | None = None) -> TurnResult:
+    """One assistant turn on the engine, through the same pipeline as the server. Raises
+    ConstraintError (a 400) for requests that cannot be enforced."""
     turn = prepare_turn(fmt, messages, engine.runtime.tokenizer, engine.compiler, tools=tools,
                         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
                         response_format=response_format, reasoning=reasoning,
@@ -160,11 +270,7 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                         chat_template=chat_template)
     result = engine.generate(turn.prompt_without_bos, Lark(turn.grammar), max_tokens=max_tokens,
                              temperature=temperature, seed=seed)
-    parsed, finish = finish_turn(fmt, turn.opening + result.text, result.finish_reason,
-                                 id_prefix=new_call_id_prefix(), tools=turn.request.tools)
-    usage = {"prompt_tokens": result.usage.prompt_tokens,
-             "completion_tokens": result.usage.completion_tokens,
-             "total_tokens": result.usage.prompt_tokens + result.usage.completion_tokens}
-    message = parsed.to_message()
-    return ChatResult(message, finish, usage, result.enforced, result.text, turn.not_enforced,
-                      turn.call_verdicts(message))
+    parsed, finish, _ = turn.parse(result.text, result.finish_reason, new_call_id_prefix())
+    return TurnResult(parsed, finish, result.usage, turn.report(
+        parsed, finish, enforced=True, grammar_hash=result.enforced.grammar_hash),
+        result.text, result.stop_sequence)

@@ -252,24 +252,29 @@ def cmd_chat(args: argparse.Namespace) -> int:
                   chat_template=_chat_template(args.chat_template, args.model))
     # what a non-strict tool's grammar skipped, and the post-check of each call (stderr, so
     # that --json stays one object)
-    for n in result.not_enforced:
+    for n in result.report["not_enforced"]:
         print(f"kaname: not enforced: {n['keyword']} at {n['pointer']} (post-checked)",
               file=sys.stderr)
-    for v in result.tool_calls_valid:
+    for v in result.report["tool_calls_valid"]:
         if v["valid"] is False:
             print(f"kaname: tool call {v['id']} ({v['name']}): arguments fail the post-check",
                   file=sys.stderr)
+    m = result.turn.to_message()
     if args.json:
-        print(json.dumps(result.to_json(), ensure_ascii=False))
+        print(json.dumps({"message": m, "finish_reason": result.finish,
+                          "usage": {"prompt_tokens": result.usage.prompt_tokens,
+                                    "completion_tokens": result.usage.completion_tokens,
+                                    "total_tokens": result.usage.prompt_tokens
+                                    + result.usage.completion_tokens}},
+                         ensure_ascii=False))
     else:
-        m = result.message
         if m.get("reasoning_content"):
             print(f"[reasoning] {m['reasoning_content']}")
         if m.get("content"):
             print(m["content"])
         for call in m.get("tool_calls", []):
             print(f"[tool call] {call['function']['name']}({call['function']['arguments']})")
-        print(f"[finish={result.finish_reason}]", file=sys.stderr)
+        print(f"[finish={result.finish}]", file=sys.stderr)
     return 0
 
 

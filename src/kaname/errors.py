@@ -7,13 +7,17 @@
      │    ├── InvalidRegexError
      │    ├── InvalidGrammarError    Lark grammar or choice list does not compile
      │    └── GrammarTooComplexError a parser limit was hit while compiling or matching
-     ├── ContextLengthError          prompt + max_tokens do not fit the model's context (400)
+     ├── RequestError                malformed input, or a field kaname cannot serve (400,
+     │                               naming the JSON pointer of the field that was sent)
+     ├── UnknownModelError           the request names a model this server does not serve (404)
+     ├── ContextLengthError          the prompt does not fit the model's context (400)
      ├── FormatParseError            text that is not a turn of its chat format (only possible
      │                               when the grammar was off: strict_level "off"; 422)
      ├── NotEnforcedError            an upstream's text left the grammar it was sent (502)
      ├── ModelError                  the model could not be found, assembled or loaded
-     └── server.errors.APIError      an HTTP answer in OpenAI's shape; the one table that maps
-                                     the errors above to it is `server.errors.api_error`
+     └── server.errors.APIError      an HTTP answer the server itself decides (401, 413, 429,
+                                     504...); the one table that maps the errors above to
+                                     (status, code, param) is `server.errors.ERRORS`
 
 Constraint errors carry `keyword` and `pointer` where they apply, so a server can answer
 with an OpenAI-shaped 400 that says exactly what to change.
@@ -45,6 +49,28 @@ class ConstraintError(KanameError, ValueError):
             message = message.replace(f"'{self.pointer}'", f"'{pointer}'")
         return type(self)(f"{what}: {message}" if what else message, keyword=self.keyword,
                           pointer=pointer)
+
+
+class RequestError(KanameError, ValueError):
+    """The request is malformed, or asks for something kaname cannot serve; `pointer` is
+    where in the body that was sent. `code`: the wire code (invalid_request,
+    unsupported_parameter...)."""
+
+    def __init__(self, message: str, *, pointer: str | None = None,
+                 code: str = "invalid_request"):
+        super().__init__(message)
+        self.message = message
+        self.pointer = pointer
+        self.code = code
+
+
+class UnknownModelError(KanameError):
+    """The request names a model this server does not serve."""
+
+    def __init__(self, model: str, served: str):
+        super().__init__(f"The model `{model}` does not exist; this server serves "
+                         f"`{served}`.")
+        self.model = model
 
 
 class InvalidSchemaError(ConstraintError):

@@ -36,7 +36,7 @@ from ..grammar.lark import (
     string_literal,
 )
 from . import keyed, raw_text
-from .request import CUSTOM_INPUT, Tool, TurnRequest
+from .request import CUSTOM_INPUT, Origins, Tool, TurnRequest
 from .spec import ChatFormat, ToolCallSyntax
 from .tool_checks import ToolCheck, check_tools
 
@@ -45,8 +45,10 @@ _NO_BRACE_TEXT = "(?s:([^{].*)?)"
 
 
 class _Builder:
-    def __init__(self, fmt: ChatFormat, tokenizer: llg.LLTokenizer, guards: Guards):
+    def __init__(self, fmt: ChatFormat, tokenizer: llg.LLTokenizer, guards: Guards,
+                 origins: Origins):
         self.fmt = fmt
+        self.origins = origins  # where the request's fields sat, for errors
         self.tokenizer = tokenizer
         self.guards = guards
         self.rules: list[str] = []
@@ -91,7 +93,7 @@ class _Builder:
             # rule short would drop the marker. A special-token marker has no such problem.
             raise ConstraintError(
                 f"a reasoning budget needs {ms[0]!r} to be a special token of the vocabulary",
-                pointer="/max_reasoning_tokens")
+                pointer=self.origins.max_reasoning_tokens)
         ends = " | ".join(self.lit(m) for m in ms)
         ends = ends if len(ms) == 1 else f"({ends})"
         free = f"/{text}/"
@@ -130,11 +132,12 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     """The Lark grammar for the assistant turn `req` asks for, in format `fmt`. A strict tool
     that cannot be enforced is a ConstraintError (`checks`: `check_tools`'s, if already made)."""
     g = guards or Guards()
-    b = _Builder(fmt, tokenizer, g)
+    b = _Builder(fmt, tokenizer, g, req.origins)
     tools = req.callable_tools
     syntax = fmt.tool_calls
     if tools and syntax is None:
-        raise ConstraintError(f"format {fmt.name!r} has no tool-call syntax", pointer="/tools")
+        raise ConstraintError(f"format {fmt.name!r} has no tool-call syntax",
+                              pointer=req.origins.tools)
     if checks is None:
         check_tools(fmt, req, compiler)
     content_ends = (fmt.end_of_turn, *fmt.end_of_turn_alt)
@@ -183,7 +186,7 @@ def build_grammar(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     r = fmt.reasoning
     if r is None and req.reasoning == "required":
         raise ConstraintError(f"reasoning required, but format {fmt.name} has no reasoning "
-                              "block", pointer="/reasoning")
+                              "block", pointer=req.origins.reasoning)
     opening = req.opening_in(fmt)
     if r is not None and opening and opening == r.begin:
         # the prompt opened the block: the turn starts inside it and must close it
@@ -258,7 +261,7 @@ NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {},
 
 def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | None) -> str:
     if tool is not None and tool.custom and req.strict_level == "full":
-        return _custom_call(b, s, tool, f"/tools/{req.tools.index(tool)}/custom/format")
+        return _custom_call(b, s, tool, tool.schema_pointer(req.tools.index(tool)))
     params: Any = {"type": "object"}  # strict levels names / off: any object
     if tool is not None and req.strict_level == "full":
         params = tool.parameters if tool.parameters is not None else NO_ARGUMENTS
@@ -291,8 +294,7 @@ def _custom_call(b: _Builder, s: ToolCallSyntax, tool: Tool, at: str) -> str:
         assert tool.grammar is not None  # a custom tool
         lark = tool.grammar.grammar if isinstance(tool.grammar, Lark) \
             else start_rule(regex_literal(tool.grammar.pattern))
-        embedded = embed_lark(lark, b.name("ct"), json_escaped=not per_key,
-                              pointer=f"{at}/grammar/definition")
+        embedded = embed_lark(lark, b.name("ct"), json_escaped=not per_key, pointer=at)
         b.rules.append(embedded.rules)
         value = f"{embedded.start} {b.lit(s.value_end)}" if per_key else embedded.start
     if per_key:
@@ -406,4 +408,4 @@ def _content(b: _Builder, req: TurnRequest) -> str | None:
         return b.json(c.schema, strict=c.strict)
     raise ConstraintError(f"response_format type {type(c).__name__.lower()!r} is not "
                           "supported for chat content; use text, json_object or json_schema",
-                          pointer="/response_format/type")
+                          pointer=f"{req.origins.content}/type")

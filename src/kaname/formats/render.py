@@ -198,6 +198,8 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
             out += fmt.user.format(content=content)
             pending_system = ""
         elif role == "assistant":
+            out += _flush(fmt, pending_system)
+            pending_system = ""
             keep = fmt.reasoning_history == "keep" or (
                 fmt.reasoning_history == "after_last_user" and i > last_user) or (
                 fmt.reasoning_history == "after_last_answer" and i > last_answer)
@@ -220,9 +222,16 @@ def render_prompt(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
         after_tool = role == "tool"
     if in_tools:
         out += fmt.tool_close
+    out += _flush(fmt, pending_system)
     if add_generation_prompt and not (fmt.continue_after_tool and after_tool):
         out += fmt.generation_prompt + turn_opening(fmt, msgs, reasoning)
     return out
+
+
+def _flush(fmt: ChatFormat, pending_system: str) -> str:
+    """System text no user turn followed (a format that writes system text into the next
+    user turn, given system text mid-conversation): a user turn of its own, never dropped."""
+    return fmt.user.format(content=pending_system) if pending_system else ""
 
 
 def render_tools(fmt: ChatFormat, tools: Sequence[Tool]) -> str:

@@ -1,4 +1,11 @@
-"""What one chat turn asks of the grammar: tools, tool_choice, reasoning, response format."""
+"""The one request model inside: `TurnRequest`, a whole assistant turn, whichever API asked.
+
+Each API's edge (`kaname.edges`) turns its wire body into a TurnRequest and never lets its wire
+shape in: messages are typed items (`formats.items`), tools are `Tool`s, the content
+constraint is a `Constraint`, and every field knows the JSON pointer it came from in the body
+that was sent (`Origins`, `Tool.schema_at`, each item's `at`), so an error raised inside names
+what the client wrote without any table of pointer moves.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from typing import Any, Literal
 
 from ..errors import ConstraintError
 from ..grammar import Constraint, Lark, Regex, Text, from_response_format
+from .items import Item
 
 StrictLevel = Literal["full", "names", "off"]
 ReasoningMode = Literal["off", "on", "required"]
@@ -36,10 +44,25 @@ class Tool:
     description: str = ""
     strict: bool = False
     grammar: Lark | Regex | Text | None = None  # set: a custom tool
+    # where the parameters (a custom tool: its grammar's definition) sit in the body that was
+    # sent; None: `/tools/<i>/function/parameters`, chat completions' place
+    schema_at: str | None = None
+    # the Responses API's namespace tools: the client's name of the group this function is
+    # in; its calls carry it back
+    namespace: str | None = None
 
     @property
     def custom(self) -> bool:
         return self.grammar is not None
+
+    def schema_pointer(self, index: int) -> str:
+        """Where the parameters (a custom tool: its grammar's definition) sat in the body."""
+        if self.schema_at is not None:
+            return self.schema_at
+        if self.custom:
+            return f"/tools/{index}/custom/format" + (
+                "" if isinstance(self.grammar, Text) else "/grammar/definition")
+        return f"/tools/{index}/function/parameters"
 
     def to_openai(self) -> dict[str, Any]:
         fn: dict[str, Any] = {"name": self.name}
@@ -51,12 +74,57 @@ class Tool:
 
 
 @dataclass(frozen=True)
+class Origins:
+    """Where each field of a TurnRequest sat in the body the caller sent (JSON pointers).
+    The defaults are chat completions' places, as a Python caller writes them."""
+
+    messages: str = "/messages"
+    tools: str = "/tools"
+    tool_choice: str = "/tool_choice"
+    allowed_tools: str = "/tool_choice/allowed_tools/tools"
+    content: str = "/response_format"  # the content constraint, as given
+    schema: str = "/response_format/json_schema/schema"  # its JSON Schema
+    reasoning: str = "/reasoning_effort"
+    max_reasoning_tokens: str = "/max_reasoning_tokens"
+    max_tokens: str = "/max_completion_tokens"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A field the caller's API defines that kaname accepted without acting on it (reported
+    in `kaname.ignored`): where it was, and why nothing was done with it."""
+
+    pointer: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReasoningAsk:
+    """What a request said about reasoning: "off" or "required" (an effort, thinking
+    enabled), and the field that said it."""
+
+    mode: Literal["off", "required"]
+    pointer: str
+
+
+@dataclass(frozen=True)
 class TurnRequest:
-    """The grammar-shaping part of an OpenAI chat request.
+    """One assistant turn, as kaname understands it whatever API asked.
 
     tool_choice: "none" | "auto" | "required" | a tool's name.
     allowed_tools: OpenAI's `allowed_tools`: only these may be called (all are in the prompt).
-    response_format: the request's, as sent: None / text / json_object / json_schema.
+    constraint: what the content is bound to (None: read `response_format`, chat completions'
+    spelling, which Python callers use).
+    reasoning: the mode the grammar builds (the pipeline sets it from `reasoning_asked` and the
+    server's default).
     """
 
     tools: tuple[Tool, ...] = ()
@@ -76,34 +144,51 @@ class TurnRequest:
         return self.opening if self.opening is not None else fmt.opening(self.reasoning)
     strict_level: StrictLevel = "full"
     extra: dict[str, Any] = field(default_factory=dict)
+    # the conversation, and the rest of the turn (the grammar reads none of these)
+    messages: tuple[Item, ...] = ()
+    model: str = "default"
+    constraint: Constraint | None = None
+    reasoning_asked: ReasoningAsk | None = None
+    max_tokens: int | None = None  # the output budget asked for; None: the server's default
+    sampling: Sampling = field(default_factory=Sampling)
+    guards: Mapping[str, Any] = field(default_factory=dict)  # over the server's Guards
+    allow_unenforced: bool = False
+    strict_level_asked: StrictLevel | None = None  # None: the server's level
+    origins: Origins = field(default_factory=Origins)
+    ignored: tuple[Ignored, ...] = ()
 
     def __post_init__(self) -> None:
         names = [t.name for t in self.tools]
+        o = self.origins
         if len(set(names)) != len(names):
-            raise ConstraintError("tool names must be unique", pointer="/tools")
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ConstraintError(f"tool names must be unique ({dup!r} is given twice)",
+                                  pointer=o.tools)
         if self.tool_choice not in ("none", "auto", "required") and self.tool_choice not in names:
             raise ConstraintError(f"tool_choice names unknown tool {self.tool_choice!r}",
-                                  pointer="/tool_choice")
+                                  pointer=o.tool_choice)
         if self.tool_choice == "required" and not self.callable_tools:
             raise ConstraintError("tool_choice 'required' needs at least one tool",
-                                  pointer="/tool_choice")
+                                  pointer=o.tool_choice)
         for i, name in enumerate(self.allowed_tools or ()):
             if name not in names:
                 raise ConstraintError(f"allowed_tools names unknown tool {name!r}",
-                                      pointer=f"/tool_choice/allowed_tools/tools/{i}")
+                                      pointer=f"{o.allowed_tools}/{i}")
         if self.max_reasoning_tokens is not None and self.max_reasoning_tokens < 1:
             raise ConstraintError("max_reasoning_tokens must be >= 1",
-                                  pointer="/max_reasoning_tokens")
+                                  pointer=o.max_reasoning_tokens)
 
     @property
     def content(self) -> Constraint:
-        """What the content is bound to: `response_format` read by the one reader (text,
-        json_object, or json_schema with OpenAI's strict default)."""
+        """What the content is bound to: `constraint`, else `response_format` read by the one
+        reader (text, json_object, or json_schema with OpenAI's strict default)."""
+        if self.constraint is not None:
+            return self.constraint
         try:
             return from_response_format(self.response_format)
         except ConstraintError as e:
             raise type(e)(e.message, keyword=e.keyword,
-                          pointer=f"/response_format{e.pointer or ''}") from e
+                          pointer=f"{self.origins.content}{e.pointer or ''}") from e
 
     @property
     def callable_tools(self) -> tuple[Tool, ...]:

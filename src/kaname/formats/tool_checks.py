@@ -17,7 +17,7 @@ from typing import Any
 import llguidance as llg
 
 from ..errors import ConstraintError
-from ..grammar import CompiledConstraint, GrammarCompiler, JsonSchema, NotEnforced, Text
+from ..grammar import CompiledConstraint, GrammarCompiler, JsonSchema, NotEnforced
 from ..grammar.compiler import accepts
 from . import keyed
 from .parser import custom_input
@@ -49,7 +49,7 @@ class ToolCheck:
 def check_tools(fmt: ChatFormat, req: TurnRequest,
                 compiler: GrammarCompiler | None) -> dict[str, ToolCheck]:
     """Compile each callable tool's parameters alone (so errors name the tool's pointer,
-    `/tools/<i>/function/parameters/...`); raise for a strict tool that cannot be enforced.
+    `Tool.schema_pointer`); raise for a strict tool that cannot be enforced.
     Without a compiler only what the format's syntax cannot bind is checked."""
     if req.strict_level != "full":
         return {}
@@ -65,7 +65,7 @@ def check_tools(fmt: ChatFormat, req: TurnRequest,
         if t.custom:
             checks[t.name] = _custom_check(i, t, compiler)
             continue
-        at = f"/tools/{i}/function/parameters"
+        at = t.schema_pointer(i)
         problems = keyed.unenforceable(t.parameters, at) if per_key else []
         if t.strict and problems:
             raise problems[0]
@@ -87,8 +87,7 @@ def _custom_check(i: int, t: Tool, compiler: GrammarCompiler | None) -> ToolChec
     matcher post-checks each call's input."""
     if compiler is None or t.grammar is None:
         return ToolCheck(i, t, None)
-    at = f"/tools/{i}/custom/format" + ("" if isinstance(t.grammar, Text) else
-                                        "/grammar/definition")
+    at = t.schema_pointer(i)
     try:
         compiled = compiler.compile(t.grammar)
     except ConstraintError as e:

@@ -73,20 +73,17 @@ class Admission:
 
 def token_budget(prompt_tokens: int | None, asked: int | None, *, default: int, limit: int,
                  n_ctx: int | None, param: str) -> int:
-    """max_tokens for a request: what it asked for, within the server's `limit`; unset, the
-    `default` or what is left of the context, whichever is less (as vLLM does). A request that
-    cannot fit the context is a ContextLengthError naming `param` (messages / prompt)."""
-    value = asked if asked is not None else default
-    if value > limit:
-        raise APIError(400, f"max_tokens {value} exceeds this server's limit {limit}",
-                       param="max_tokens", code="invalid_request")
+    """The output budget a request is served: what it asked for (unset: `default`), within
+    the server's `limit` and what is left of the context. A larger ask is served up to what
+    fits (its finish then says "length" if it is reached, and the report gives both figures),
+    not refused: clients ask 32k-128k whatever the model. A prompt that leaves no room for
+    one token is a ContextLengthError naming `param` (messages / prompt)."""
+    value = min(asked if asked is not None else default, limit)
     if n_ctx is None or prompt_tokens is None:
-        return value
-    if asked is None:
-        value = max(1, min(value, n_ctx - prompt_tokens))
+        return max(1, value)
     try:
-        check_context(prompt_tokens, value, n_ctx)
+        check_context(prompt_tokens, 1, n_ctx)
     except ContextLengthError as e:
         e.param = param
         raise
-    return value
+    return max(1, min(value, n_ctx - prompt_tokens))

@@ -16,27 +16,28 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
 
-from ..errors import KanameError
+from ..chat import TurnResult
+from ..edges import chat as chat_edge
+from ..edges.chat import ChatCompletionRequest, ChatReply
+from ..edges.common import pointer_of
+from ..edges.completions import CompletionRequest
+from ..errors import KanameError, RequestError
 from .backend import Backend, Generated
-from .calls import (
-    Call,
-    budget,
-    check_model,
-    count,
-    gen_params,
-    generate_streamed,
-    run_watching,
-    usage,
-)
+from .calls import Call, budget, count, gen_params, generate_streamed, run_watching, usage
 from .config import ServerConfig
-from .errors import APIError, api_error, pointer_of, shape_of
+from .errors import APIError, Shape, api_error
 from .limits import BodyLimit
 from .messages_api import add_messages_routes
 from .metrics import Metrics
-from .protocol import ChatCompletionRequest, CompletionRequest
 from .responses_api import add_responses_routes
 from .sse import EventStream
-from .turn import Turn, TurnResult, Turns
+from .turn import Turn, Turns
+
+
+def shape_of(path: str) -> Shape:
+    """Which API's error shape a path answers in (before its route has run: 401, 413, an
+    unknown path)."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
 
 
 def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> FastAPI:
@@ -109,31 +110,34 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
-        turn = turns.prepare(req)
-        response_id = f"chatcmpl-{turn.response_id}"
+        turn = turns.prepare(chat_edge.to_turn(req))
+        reply = ChatReply(turn.response_id, backend.model_id, turn.created)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
             slot = await turns.admit(turn)
-            return EventStream(_stream_chat(turns, turn, response_id, include_usage), slot)
-        result = await turns.complete(request, turn)
-        return JSONResponse({
-            "id": response_id, "object": "chat.completion", "created": int(time.time()),
-            "model": backend.model_id,
-            "choices": [{"index": 0, "message": result.message,
-                         "finish_reason": result.finish, "logprobs": None}],
-            "usage": usage(result.gen), "kaname": result.kaname})
+            return EventStream(_stream_chat(turns, turn, reply, include_usage), slot)
+        return JSONResponse(reply.body(await turns.complete(request, turn)))
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Response:
-        check_model(backend, req.model, req.n)
+        turns.check_model(req.model)
+        if req.n is not None and req.n > 1:
+            raise RequestError("n > 1 is not supported; send n requests", pointer="/n",
+                               code="unsupported_parameter")
         constraint = req.constraint()
         prompt = req.prompt_text()
-        params = gen_params(budget(backend, prompt, req.max_tokens, 16, turns.limit, "prompt"),
-                            req.temperature, req.top_p, req.seed, req.stop_list())
-        compiled = backend.compiler.compile(constraint, guards=req.guards(backend.compiler.guards))
+        stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        params = gen_params(budget(backend, prompt, req.max_tokens, 16, turns.limit,
+                                   "/prompt"),
+                            req.temperature, req.top_p, req.seed, [s for s in stops if s])
+        guards = backend.compiler.guards
+        if req.kaname is not None and req.kaname.guards is not None:
+            guards = req.kaname.guards.over(guards)
+        compiled = backend.compiler.compile(constraint, guards=guards)
         ext = {"grammar_hash": compiled.grammar_hash, "constraint": type(constraint).__name__,
                "not_enforced": [asdict(n) for n in compiled.not_enforced],
-               "caps": compiled.caps}
+               "caps": compiled.caps,
+               "budget": {"asked": req.max_tokens, "served": params.max_tokens}}
         call = Call(backend, prompt, compiled, params, req.allow_unenforced)
         response_id = f"cmpl-{uuid.uuid4().hex}"
         if req.stream:
@@ -166,28 +170,16 @@ def _too_large(config: ServerConfig) -> APIError:
                     code="body_too_large")
 
 
-async def _stream_chat(turns: Turns, turn: Turn, response_id: str, include_usage: bool
+async def _stream_chat(turns: Turns, turn: Turn, reply: ChatReply, include_usage: bool
                        ) -> AsyncGenerator[dict[str, Any], None]:
-    model = turns.backend.model_id
-
-    def chunk(delta: dict[str, Any], finish: str | None = None,
-              **extra: Any) -> dict[str, Any]:
-        return {"id": response_id, "object": "chat.completion.chunk", "created": turn.created,
-                "model": model, "choices": [{"index": 0, "delta": delta,
-                                             "finish_reason": finish, "logprobs": None}],
-                **extra}
-
-    yield chunk({"role": "assistant", "content": ""})
+    yield reply.chunk({"role": "assistant", "content": ""})
     async with aclosing(turns.stream(turn)) as items:
         async for item in items:
             if isinstance(item, TurnResult):
-                yield chunk({}, item.finish, kaname=item.kaname)
-                if include_usage:
-                    yield {"id": response_id, "object": "chat.completion.chunk",
-                           "created": turn.created, "model": model, "choices": [],
-                           "usage": usage(item.gen)}
+                for chunk in reply.last(item, include_usage):
+                    yield chunk
             else:
-                yield chunk(item)
+                yield reply.chunk(item)
 
 
 async def _stream_completion(call: Call, response_id: str, model: str, include_usage: bool,

@@ -43,6 +43,7 @@ class Generated:
     not_enforced_reason: str | None = None
     token_ids: list[int] | None = None  # the generated tokens, where known
     stop_sequence: str | None = None  # the request's stop string generation ended at
+    forced_tokens: int = 0  # tokens the grammar forced (no model step chose them)
 
 
 class Backend(Protocol):

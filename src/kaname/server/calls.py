@@ -4,13 +4,12 @@ budget, sampling parameters, watching the client, streaming, counting."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from fastapi import Request
 
 from ..errors import NotEnforcedError
-from ..formats import Tool
 from ..grammar import CompiledConstraint
 from .admission import Slot, token_budget
 from .backend import Backend, Generated, GenParams
@@ -22,13 +21,9 @@ class Call:
     """One generation request to the backend."""
 
     def __init__(self, backend: Backend, prompt: str, compiled: CompiledConstraint,
-                 params: GenParams, allow_unenforced: bool, tools: tuple[Tool, ...] = (),
-                 verdicts: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None):
+                 params: GenParams, allow_unenforced: bool):
         self.backend, self.prompt, self.compiled, self.params = backend, prompt, compiled, params
         self.allow_unenforced = allow_unenforced
-        self.tools = tools  # the request's, for the parser
-        # the post-check of each tool call in an answer (chat only)
-        self.verdicts = verdicts or (lambda message: [])
         self.slot: Slot | None = None  # taken before a stream starts, so a full queue is a 429
 
     async def run(self, sink: Any) -> Generated:
@@ -67,17 +62,9 @@ async def generate_streamed(call: Call
             task.cancel()
 
 
-def check_model(backend: Backend, model: str, n: int | None = None) -> None:
-    if model not in (backend.model_id, "default"):
-        raise APIError(404, f"The model `{model}` does not exist; this server serves "
-                            f"`{backend.model_id}`.", param="model", code="model_not_found")
-    if n is not None and n > 1:
-        raise APIError(400, "n > 1 is not supported; send n requests", param="n",
-                       code="unsupported")
-
-
 def budget(backend: Backend, prompt: str, asked: int | None, default: int, limit: int,
            param: str) -> int:
+    """The output budget served (see `token_budget`)."""
     n_ctx = backend.n_ctx
     return token_budget(backend.count_tokens(prompt) if n_ctx is not None else None, asked,
                         default=default, limit=limit, n_ctx=n_ctx, param=param)

@@ -5,10 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..formats import ChatFormat
 from ..grammar import Guards
-from .errors import APIError
-from .protocol import ReasoningAsk
 
 
 @dataclass
@@ -46,27 +43,6 @@ class ServerConfig:
     # turn starts with a reasoning block) or "off" (the model does not reason: no request can
     # switch it on). None: "on" for formats with a reasoning block.
     reasoning: Literal["on", "off", "required"] | None = None
-
-    def reasoning_for(self, fmt: ChatFormat, asked: ReasoningAsk | None
-                      ) -> Literal["on", "off", "required"]:
-        """The reasoning mode of one turn: the request's switch over the server's default.
-        A request that asks for reasoning where the model has none gets a 400 naming its
-        field (OpenAI answers `reasoning_effort` on a non-reasoning model the same way)."""
-        server = (self.reasoning or "on") if fmt.reasoning else "off"
-        if asked is None:
-            return server
-        if asked.mode == "off" and fmt.reasoning is not None \
-                and fmt.reasoning.opened_by_prompt and not fmt.reasoning.off:
-            raise APIError(400, f"{asked.param}: format {fmt.name} always reasons (its prompt "
-                                "opens the reasoning block); leave it unset",
-                           param=asked.param, code="unsupported_parameter")
-        if asked.mode != "off" and server == "off":
-            why = (f"format {fmt.name} has no reasoning block" if not fmt.reasoning
-                   else "this server runs with --reasoning off")
-            raise APIError(400, f"{asked.param}: this model does not reason ({why}); leave it "
-                                "unset or switch reasoning off", param=asked.param,
-                           code="unsupported_parameter")
-        return asked.mode
 
     def concurrency(self) -> int:
         return self.max_concurrency or (64 if self.upstream else 1)

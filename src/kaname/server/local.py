@@ -101,7 +101,8 @@ class LocalBackend:
         self.metrics.tokens.labels("forced").inc(result.usage.forced_tokens)
         return Generated(result.text, result.finish_reason, result.usage.prompt_tokens,
                          result.usage.completion_tokens, token_ids=result.tokens,
-                         stop_sequence=result.stop_sequence)
+                         stop_sequence=result.stop_sequence,
+                         forced_tokens=result.usage.forced_tokens)
 
     async def aclose(self) -> None:
         """On shutdown (after uvicorn's grace period): stop what still runs at its next

@@ -1,0 +1,142 @@
+"""What every edge reads the same way: kaname's own request options, sampling, the field
+policy's "ignored" list, and pydantic errors as a pointer into the body that was sent."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import RequestError
+from ..formats.request import CUSTOM_INPUT, Ignored, Sampling, Tool
+from ..grammar import Guards, Lark, Regex, Text
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Loose(BaseModel):
+    """A wire model: fields the API defines that kaname does not read are kept (extra) so the
+    edge can list them in `kaname.ignored`, never refuse them."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class GuardsIn(BaseModel):
+    """Runaway guards for this request (kaname's; see Guards). Unset fields keep the server's
+    defaults; null turns a guard off."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    separators: tuple[str, str] | None = None
+    max_whitespace: int | None = Field(default=None, ge=0, le=64)
+    separator_space: int | None = Field(default=None, ge=0, le=4)
+    max_integer_digits: int | None = Field(default=None, ge=1, le=308)
+    max_fraction_digits: int | None = Field(default=None, ge=0, le=300)
+    max_string_length: int | None = Field(default=None, ge=1)
+    max_array_items: int | None = Field(default=None, ge=1)
+    max_depth: int | None = Field(default=None, ge=1, le=32)
+
+    @field_validator("separators")
+    @classmethod
+    def _json_separators(cls, v: tuple[str, str] | None) -> tuple[str, str] | None:
+        # anything else would make the output not JSON
+        if v is not None and not (re.fullmatch(r"[ \t\n\r]*,[ \t\n\r]*", v[0])
+                                  and re.fullmatch(r"[ \t\n\r]*:[ \t\n\r]*", v[1])):
+            raise ValueError('separators are [",", ":"] with optional JSON whitespace around')
+        return v
+
+    def over(self, default: Guards) -> Guards:
+        return dataclasses.replace(default, **self.model_dump(exclude_unset=True))
+
+
+class KanameOptions(BaseModel):
+    """The request's `kaname` object (every API)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    guards: GuardsIn | None = None
+
+    def guard_overrides(self) -> dict[str, Any]:
+        return self.guards.model_dump(exclude_unset=True) if self.guards is not None else {}
+
+
+def read(model: type[M], raw: Any, at: str = "") -> M:
+    """`raw` read by `model`; a RequestError naming the pointer (under `at`) of what failed."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        pointer = at + (pointer_of(first.get("loc", ()), raw) or "")
+        message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+        raise RequestError(f"{message} at {pointer or '/'}", pointer=pointer or None) from None
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic's union tags
+
+
+def pointer_of(loc: Sequence[Any], body: Any) -> str | None:
+    """The JSON pointer into `body` of a pydantic error location. Pydantic puts the names of
+    union members and validators into locations (`tools/0/ToolDef/function`); only the steps
+    that exist in the body are kept."""
+    parts: list[str] = []
+    node = body
+    for step in loc:
+        if isinstance(node, Mapping) and isinstance(step, str) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            node = node[step]
+        elif isinstance(node, Mapping | list):
+            # a key the body lacks (a missing required field) ends the pointer there
+            if isinstance(step, str) and step.isidentifier() and step[:1].islower() \
+                    and step not in _TYPE_TAGS and isinstance(node, Mapping):
+                parts.append(step)
+                break
+            continue
+        else:
+            break
+        parts.append(str(step).replace("~", "~0").replace("/", "~1"))
+    return "/" + "/".join(parts) if parts else None
+
+
+def extras(model: BaseModel, at: str = "") -> list[Ignored]:
+    """The fields of `model` kaname does not read, as the field policy reports them."""
+    return [Ignored(f"{at}/{name}", "not used by kaname") for name in model.model_extra or {}]
+
+
+def sampling(temperature: float | None, top_p: float | None, seed: int | None,
+             stop: str | Sequence[str] | None) -> Sampling:
+    """Sampling as the APIs default it (temperature 1, no nucleus cut). Any integer is a
+    seed (OpenAI takes negative ones); numpy wants 0 <= seed < 2**64."""
+    stops = [] if stop is None else [stop] if isinstance(stop, str) else list(stop)
+    return Sampling(1.0 if temperature is None else temperature, top_p or 1.0,
+                    None if seed is None else seed % 2**64, tuple(s for s in stops if s))
+
+
+# A custom tool is shown to the model as a function of one string argument (`CUSTOM_INPUT`).
+_CUSTOM_PARAMETERS: dict[str, Any] = {
+    "type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}},
+    "required": [CUSTOM_INPUT], "additionalProperties": False}
+
+
+def custom_tool(name: str, description: str | None, syntax: str | None,
+                definition: str | None, at: str) -> Tool:
+    """OpenAI's custom tool: free text (`syntax` None), or text in a Lark or regex grammar;
+    `at`: where its format sat."""
+    grammar: Lark | Regex | Text
+    text = description or ""
+    if syntax is None:
+        grammar, schema_at = Text(), at
+    else:
+        if definition is None:
+            raise RequestError("a grammar format needs its definition", pointer=at)
+        grammar = Lark(definition) if syntax == "lark" else Regex(definition)
+        schema_at = f"{at}/definition"
+        # prompts show the tool as a function of its one string argument: the model learns
+        # the input's grammar from the description
+        text = (f"{text}\n\n" if text else "") + (
+            f"`{CUSTOM_INPUT}` is text in this {syntax} grammar:\n{definition}")
+    return Tool(name, _CUSTOM_PARAMETERS, text, strict=True, grammar=grammar,
+                schema_at=schema_at)

@@ -1,0 +1,93 @@
+"""OpenAI's (legacy) completions at the edge: a raw prompt and one constraint, in whichever
+spelling the request uses (OpenAI's response_format, vLLM's structured_outputs or guided_*,
+SGLang's ebnf). Not a chat turn: the text comes back as generated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import ConstraintError, RequestError
+from ..grammar import Constraint, to_constraint
+from .chat import ResponseFormat, StreamOptions
+from .common import KanameOptions, Loose
+
+
+class StructuredOutputs(Loose):
+    """vLLM's `structured_outputs` (one of them)."""
+
+    json_: dict[str, Any] | str | bool | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+
+class CompletionRequest(Loose):
+    model: str
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = Field(default=None, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    kaname: KanameOptions | None = None
+    prompt: str | list[str] = ""
+    response_format: ResponseFormat | dict[str, Any] | None = None
+    structured_outputs: StructuredOutputs | None = None
+    # vLLM's older spelling of the same thing
+    guided_grammar: str | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    # SGLang's name for a grammar (llguidance reads Lark or GBNF from it)
+    ebnf: str | None = None
+    # vLLM's: each choice (each streamed chunk) also carries the ids of its tokens
+    return_token_ids: bool = False
+    allow_unenforced: bool = False
+
+    def prompt_text(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) != 1:
+            raise RequestError("exactly one prompt per request", pointer="/prompt")
+        return self.prompt[0]
+
+    def constraint(self) -> Constraint:
+        """The one constraint this request gives, in whichever spelling it uses (OpenAI's
+        response_format, vLLM's structured_outputs or guided_*, SGLang's ebnf); errors point
+        at the field it came from."""
+        given: list[tuple[str, Any]] = []
+        rf = self.response_format
+        if rf is not None:
+            given.append(("response_format", rf.model_dump(by_alias=True, exclude_none=True)
+                          if isinstance(rf, BaseModel) else rf))
+        so = self.structured_outputs
+        if so is not None:
+            for name, kind, value in (("json", None, so.json_), ("regex", "regex", so.regex),
+                                      ("choice", "choice", so.choice),
+                                      ("grammar", "grammar", so.grammar)):
+                if value is not None:
+                    given.append((f"structured_outputs/{name}",
+                                  value if kind is None else {"type": kind, kind: value}))
+            if so.json_object:
+                given.append(("structured_outputs/json_object", {"type": "json_object"}))
+        for name, kind in (("guided_json", None), ("guided_regex", "regex"),
+                           ("guided_choice", "choice"), ("guided_grammar", "grammar"),
+                           ("ebnf", "grammar")):
+            value = getattr(self, name)
+            if value is not None:
+                given.append((name, value if kind is None else {"type": kind, kind: value}))
+        if len(given) > 1:
+            raise ConstraintError("give one constraint: " + ", ".join(n for n, _ in given),
+                                  pointer=f"/{given[1][0]}")
+        if not given:
+            return to_constraint(None)
+        name, value = given[0]
+        try:
+            return to_constraint(value)
+        except ConstraintError as e:
+            raise e.at(f"/{name}") from e
