@@ -21,6 +21,7 @@ from .errors import ConstraintError, FormatParseError
 from .formats import (
     ChatFormat,
     ParsedTurn,
+    StreamParser,
     TurnRequest,
     build_grammar,
     parse,
@@ -32,7 +33,7 @@ from .formats.render import turn_opening
 from .formats.request import Ignored, ReasoningMode, StrictLevel
 from .formats.template import render_template
 from .formats.tool_checks import ToolCheck, call_verdicts, check_tools, not_enforced
-from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, Lark
+from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonObject, JsonSchema, Lark
 
 Finish = Literal["stop", "tool_calls", "length"]
 
@@ -81,6 +82,15 @@ class PreparedTurn:
         return call_verdicts(self.tools, [c.to_openai() for c in turn.tool_calls])
 
     @property
+    def json_content(self) -> bool:
+        """The content is one JSON value (the parser reads markers only after it)."""
+        return isinstance(self.request.content, JsonSchema | JsonObject)
+
+    def stream_parser(self, id_prefix: str) -> StreamParser:
+        return StreamParser(self.fmt, id_prefix=id_prefix, tools=self.request.tools,
+                            json_content=self.json_content)
+
+    @property
     def opening(self) -> str:
         """What the prompt wrote of the turn: the parser reads it before the generated text."""
         return self.request.opening_in(self.fmt)
@@ -96,17 +106,16 @@ class PreparedTurn:
         """The turn's generated text parsed (after the prompt's opening): (turn, finish,
         whether a stop string cut it before its end marker)."""
         text = self.opening + text
-        tools = self.request.tools
+        kw: dict[str, Any] = {"id_prefix": id_prefix, "tools": self.request.tools,
+                              "json_content": self.json_content}
         if finish_reason != "stop":
-            return parse_partial(self.fmt, text, id_prefix=id_prefix, tools=tools), \
-                "length", False
+            return parse_partial(self.fmt, text, **kw), "length", False
         try:
-            turn = parse(self.fmt, text, id_prefix=id_prefix, tools=tools)
+            turn = parse(self.fmt, text, **kw)
         except FormatParseError:
             if not self.request.sampling.stop:
                 raise
-            return parse_partial(self.fmt, text, id_prefix=id_prefix, tools=tools), \
-                "stop", True
+            return parse_partial(self.fmt, text, **kw), "stop", True
         return turn, "tool_calls" if turn.tool_calls else "stop", False
 
     def report(self, turn: ParsedTurn, finish: Finish, **extra: Any) -> dict[str, Any]:

@@ -156,9 +156,12 @@ class _Scan:
     text runs out and records how far each field is final."""
 
     def __init__(self, fmt: ChatFormat, text: str, partial: bool, id_prefix: str,
-                 tools: Mapping[str, Tool] | None = None):
+                 tools: Mapping[str, Tool] | None = None, json_content: bool = False):
         self.fmt, self.text, self.partial, self.id_prefix = fmt, text, partial, id_prefix
         self.tools = tools
+        # content is one JSON value (json_object / json_schema): its strings may spell out
+        # any marker, so markers are looked for only after the value
+        self.json_content = json_content
         self.pos = 0
         self.turn = ParsedTurn()
         self.open_args: str | None = None  # arguments of a call still being written
@@ -291,8 +294,10 @@ class _Scan:
         markers = [*(m for m in (glue + opener, opener, core) if with_calls and m),
                    *content_ends]
         rest = self.text[self.pos:]
-        cut = min((i for m in (core, *content_ends) if m and (i := rest.find(m)) >= 0),
-                  default=-1)
+        skip = self._json_extent(rest) if self.json_content else 0
+        cut = -1 if skip is None else min(
+            (i for m in (core, *content_ends) if m and (i := rest.find(m, skip)) >= 0),
+            default=-1)
         if cut < 0:
             if not self.partial:
                 raise self.fail("turn does not end with the end-of-turn marker")
@@ -309,7 +314,7 @@ class _Scan:
                 if before and content.endswith(before):
                     content = content[:-len(before)]
                     break
-        self._refuse_markers(content)
+        self._refuse_markers(content[skip or 0:])
         self.turn.content = self._content(content) if content else None
         self.pos += cut
         ends = content_ends
@@ -320,6 +325,18 @@ class _Scan:
         if self.pos < len(self.text) or not self.partial:
             self.expect_end(ends)
         return self.turn
+
+    def _json_extent(self, rest: str) -> int | None:
+        """Where the JSON value that starts `rest` (after the format's JSON wrapper) ends;
+        None while it is still being written; 0 where `rest` holds no JSON value."""
+        start = len(self.fmt.json_prefix) if self.fmt.json_prefix \
+            and rest.startswith(self.fmt.json_prefix) else 0
+        while start < len(rest) and rest[start] in " \t\n\r":
+            start += 1
+        try:
+            return json.JSONDecoder().raw_decode(rest, start)[1]
+        except ValueError:
+            return None if self.partial else 0
 
     def _refuse_bare_calls(self, content: str) -> None:
         """A call written as bare JSON (Llama) inside text, or after another call, is a layout
@@ -762,8 +779,8 @@ def _tool_map(tools: Sequence[Tool] | None) -> dict[str, Tool] | None:
 
 
 def _scan(fmt: ChatFormat, text: str, partial: bool, id_prefix: str,
-          tools: dict[str, Tool] | None) -> ParsedTurn:
-    turn = _Scan(fmt, text, partial, id_prefix, tools).run()
+          tools: dict[str, Tool] | None, json_content: bool = False) -> ParsedTurn:
+    turn = _Scan(fmt, text, partial, id_prefix, tools, json_content).run()
     for call in turn.tool_calls:  # the request's custom tools answer in their own shape
         tool = (tools or {}).get(call.name)
         call.custom = tool is not None and tool.custom
@@ -771,26 +788,28 @@ def _scan(fmt: ChatFormat, text: str, partial: bool, id_prefix: str,
 
 
 def parse_partial(fmt: ChatFormat, text: str, *, id_prefix: str = "call_",
-                  tools: Sequence[Tool] | None = None) -> ParsedTurn:
+                  tools: Sequence[Tool] | None = None, json_content: bool = False
+                  ) -> ParsedTurn:
     """What can be read from a turn cut short (finish_reason "length"): nothing is dropped
     except a marker or tool call still being written."""
-    return _scan(fmt, text, True, id_prefix, _tool_map(tools))
+    return _scan(fmt, text, True, id_prefix, _tool_map(tools), json_content)
 
 
 def parse(fmt: ChatFormat, text: str, *, id_prefix: str = "call_",
-          tools: Sequence[Tool] | None = None) -> ParsedTurn:
+          tools: Sequence[Tool] | None = None, json_content: bool = False) -> ParsedTurn:
     """Parse a complete assistant turn (end-of-turn marker included or not).
 
     `tools` (the request's) tell per-key formats (GLM-4.5) which argument values are raw
     strings; without them a value is read as JSON when it parses and as a string otherwise,
-    so a string argument "12" would come back as the number 12."""
+    so a string argument "12" would come back as the number 12. `json_content`: the content
+    is bound to JSON (its strings may spell out markers)."""
     tool_map = _tool_map(tools)
     if any(text.rstrip().endswith(m) for m in fmt.end_markers):
-        return _scan(fmt, text, False, id_prefix, tool_map)
+        return _scan(fmt, text, False, id_prefix, tool_map, json_content)
     error: FormatParseError | None = None
     for end in dict.fromkeys((fmt.end_of_turn, fmt.calls_end)):
         try:
-            return _scan(fmt, text + end, False, id_prefix, tool_map)
+            return _scan(fmt, text + end, False, id_prefix, tool_map, json_content)
         except FormatParseError as e:
             error = error or e
     assert error is not None
@@ -806,10 +825,11 @@ class StreamParser:
     """
 
     def __init__(self, fmt: ChatFormat, *, id_prefix: str = "call_",
-                 tools: Sequence[Tool] | None = None):
+                 tools: Sequence[Tool] | None = None, json_content: bool = False):
         self.fmt = fmt
         self.id_prefix = id_prefix
         self.tools = tools
+        self.json_content = json_content
         self._tool_map = _tool_map(tools)
         self.text = ""
         self._reasoning = 0
@@ -818,10 +838,12 @@ class StreamParser:
 
     def feed(self, chunk: str) -> list[dict[str, Any]]:
         self.text += chunk
-        return self._diff(_scan(self.fmt, self.text, True, self.id_prefix, self._tool_map))
+        return self._diff(_scan(self.fmt, self.text, True, self.id_prefix, self._tool_map,
+                                self.json_content))
 
     def finish(self) -> tuple[ParsedTurn, list[dict[str, Any]]]:
-        turn = parse(self.fmt, self.text, id_prefix=self.id_prefix, tools=self.tools)
+        turn = parse(self.fmt, self.text, id_prefix=self.id_prefix, tools=self.tools,
+                     json_content=self.json_content)
         return turn, self._diff(turn)
 
     def _diff(self, turn: ParsedTurn) -> list[dict[str, Any]]:

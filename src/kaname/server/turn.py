@@ -20,7 +20,7 @@ from fastapi import Request
 from ..chat import Finish, PreparedTurn, TurnResult, new_call_id_prefix, prepare
 from ..engine import Usage
 from ..errors import ConstraintError, FormatParseError, UnknownModelError
-from ..formats import ParsedTurn, StreamParser
+from ..formats import ParsedTurn
 from ..formats.request import TurnRequest
 from ..grammar import Lark
 from .admission import Slot
@@ -101,8 +101,7 @@ class Turns:
         """The turn as parser deltas as they become final, then its TurnResult; the deltas
         add up to the result's turn."""
         prepared = turn.prepared
-        parser = StreamParser(prepared.fmt, id_prefix=turn.id_prefix,
-                              tools=prepared.request.tools)
+        parser = prepared.stream_parser(turn.id_prefix)
         opening = prepared.opening
         for delta in parser.feed(opening):  # what the prompt wrote of the turn
             yield delta
