@@ -279,8 +279,10 @@ def test_bad_requests_get_openai_errors(server, client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="random", messages=MESSAGES, n=2)
     assert e.value.body["param"] == "/n"
-    with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model="random", messages=MESSAGES, max_tokens=10**6)
+    # a budget over what the server gives is served up to it, and says so (field policy)
+    r = client.chat.completions.create(model="random", messages=MESSAGES, max_tokens=10**6)
+    assert r.model_extra["kaname"]["budget"]["asked"] == 10**6
+    assert r.usage.completion_tokens <= r.model_extra["kaname"]["budget"]["served"] < 10**6
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="random", messages=MESSAGES, tools=TOOLS,
                                        tool_choice={"type": "function",

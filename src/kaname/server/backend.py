@@ -13,6 +13,7 @@ from typing import Protocol
 
 import llguidance as llg
 
+from ..engine import Usage
 from ..grammar import CompiledConstraint, GrammarCompiler
 from .admission import Slot
 
@@ -33,17 +34,18 @@ class GenParams:
 
 @dataclass
 class Generated:
+    """What a backend generated: the text and how it ended, with the one `Usage` every
+    result carries from the decoding loop to the edges."""
+
     text: str
     finish_reason: str  # "stop" | "length"
-    prompt_tokens: int
-    completion_tokens: int
+    usage: Usage
     # False only for upstream text that left the grammar: `text` is then the raw text, and
     # the caller decides whether it may be returned (allow_unenforced) or is a 502.
     enforced: bool = True
     not_enforced_reason: str | None = None
     token_ids: list[int] | None = None  # the generated tokens, where known
     stop_sequence: str | None = None  # the request's stop string generation ended at
-    forced_tokens: int = 0  # tokens the grammar forced (no model step chose them)
 
 
 class Backend(Protocol):

@@ -78,10 +78,11 @@ def gen_params(max_tokens: int, temperature: float | None, top_p: float | None,
 
 
 def usage(gen: Generated) -> dict[str, int]:
-    return {"prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
-            "total_tokens": gen.prompt_tokens + gen.completion_tokens}
+    u = gen.usage
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.prompt_tokens + u.completion_tokens}
 
 
 def count(metrics: Metrics, gen: Generated) -> None:
-    metrics.tokens.labels("prompt").inc(gen.prompt_tokens)
-    metrics.tokens.labels("completion").inc(gen.completion_tokens)
+    metrics.tokens.labels("prompt").inc(gen.usage.prompt_tokens)
+    metrics.tokens.labels("completion").inc(gen.usage.completion_tokens)

@@ -99,10 +99,8 @@ class LocalBackend:
         stream.flush(result.text)
         self.metrics.observe_constraint_ns(result.constraint_ns)
         self.metrics.tokens.labels("forced").inc(result.usage.forced_tokens)
-        return Generated(result.text, result.finish_reason, result.usage.prompt_tokens,
-                         result.usage.completion_tokens, token_ids=result.tokens,
-                         stop_sequence=result.stop_sequence,
-                         forced_tokens=result.usage.forced_tokens)
+        return Generated(result.text, result.finish_reason, result.usage,
+                         token_ids=result.tokens, stop_sequence=result.stop_sequence)
 
     async def aclose(self) -> None:
         """On shutdown (after uvicorn's grace period): stop what still runs at its next

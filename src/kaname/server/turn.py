@@ -18,7 +18,6 @@ from typing import cast
 from fastapi import Request
 
 from ..chat import Finish, PreparedTurn, TurnResult, new_call_id_prefix, prepare
-from ..engine import Usage
 from ..errors import ConstraintError, FormatParseError, UnknownModelError
 from ..formats import ParsedTurn
 from ..formats.request import TurnRequest
@@ -151,7 +150,7 @@ class Turns:
         sequence = gen.stop_sequence if gen.stop_sequence is not None \
             else stop[0] if cut and len(stop) == 1 else None
         return TurnResult(parsed, ended,
-                          Usage(gen.prompt_tokens, gen.completion_tokens, gen.forced_tokens),
+                          gen.usage,
                           report, gen.text, sequence, gen.stop_sequence is not None or cut)
 
     def _reasoning_tokens(self, parsed: ParsedTurn, gen: Generated) -> int:
@@ -160,4 +159,4 @@ class Turns:
         text = parsed.reasoning_content or ""
         if not text:
             return 0
-        return min(len(self.backend.tokenizer.tokenize_str(text)), gen.completion_tokens)
+        return min(len(self.backend.tokenizer.tokenize_str(text)), gen.usage.completion_tokens)

@@ -17,6 +17,7 @@ import httpx
 import llguidance as llg
 
 from ..decoding.replay import Replay
+from ..engine import Usage
 from ..errors import ModelError, NotEnforcedError
 from ..grammar import CompiledConstraint, GrammarCompiler
 from .admission import Admission, Slot
@@ -181,7 +182,7 @@ class UpstreamBackend:
         # which stop string, only where the upstream says (the turn knows more: turn.py)
         named = stop_reason if isinstance(stop_reason, str) and stop_reason in params.stop \
             else None
-        return Generated(text, finish, prompt_tokens, completion_tokens,
+        return Generated(text, finish, Usage(prompt_tokens, completion_tokens, 0),
                          enforced=unenforced is None, not_enforced_reason=unenforced,
                          token_ids=replay.tokens if replay.exact else None,
                          stop_sequence=named if finish == "stop" else None)
