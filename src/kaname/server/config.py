@@ -32,7 +32,9 @@ class ServerConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     max_tools: int = 128
     max_tokens_limit: int = 8192
-    default_max_tokens: int = 1024
+    # the output budget of a request that sends none; None: what fits, up to
+    # max_tokens_limit (Codex sends none, and an apply_patch call runs to thousands of tokens)
+    default_max_tokens: int | None = None
     chat_template: str | None = None  # the model's Jinja template (else the format's spec)
     seed: int = 0                   # seed of the random/adversarial test models
     # tokens of context of a local model (llama.cpp's -c); 0: the model's own trained context
