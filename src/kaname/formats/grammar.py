@@ -345,7 +345,8 @@ def _keyed_args(b: _Builder, s: ToolCallSyntax, params: Any, strict: bool) -> st
         pairs.append(pair if k in required else f"({pair})?")
     cap = keyed.extra_cap(b.guards.max_array_items)
     if more is not None and cap > 0:
-        key = _raw_text(b, s.key_end, ["(?s:.+)"], exclude=[k for k, _ in keys])
+        key = _raw_text(b, s.key_end, [_any_text(b.guards, least=1)],
+                        exclude=[k for k, _ in keys])
         value = _keyed_value(b, s, params, more, strict)
         pairs.append(f"({_seq(key_open, key, value_open, value)}){{0,{cap}}}")
     rule = b.name("args")
@@ -357,7 +358,8 @@ def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any, strict:
     """A value through the end marker: bare text for a string schema (`null` too for an
     optional one), JSON otherwise; `prop` True: any text."""
     if prop is True:
-        return _raw_text(b, s.value_end, [], avoid=_value_avoids(s))
+        return _raw_text(b, s.value_end, [_any_text(b.guards, least=0)],
+                         avoid=_value_avoids(s))
     r = keyed.raw(params, prop)
     if r is None:
         value = f"{b.json(keyed.value_schema(params, prop), strict=strict)} {b.lit(s.value_end)}"
@@ -368,6 +370,14 @@ def _keyed_value(b: _Builder, s: ToolCallSyntax, params: Any, prop: Any, strict:
         r, max_string_length=b.guards.max_string_length,
         max_fraction_digits=b.guards.max_fraction_digits), avoid=_value_avoids(s))
     return f'("null" {b.lit(s.value_end)} | {text})' if r.nullable else text
+
+
+def _any_text(guards: Guards, least: int) -> str:
+    """Raw text of `least` characters or more: an undeclared key or any-text value is a string
+    without maxLength, so the string guard bounds it as it bounds declared ones (else a model
+    can write one key name for ever, the guard set)."""
+    most = guards.max_string_length
+    return f"(?s:.{{{least},{'' if most is None else max(most, least)}}})"
 
 
 def _value_avoids(s: ToolCallSyntax) -> list[str]:

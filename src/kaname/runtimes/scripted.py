@@ -60,16 +60,16 @@ def load_script(path: str | Path) -> list[str]:
 
 
 @functools.lru_cache(maxsize=8)
-def _pieces(tokenizer: llg.LLTokenizer) -> tuple[dict[bytes, int], int]:
-    """(bytes -> token id, longest piece): special tokens by their names (`<|im_end|>`), and
-    preferred over ordinary tokens that spell the same bytes, so that a script's markers
-    become the marker tokens the grammar names."""
+def token_pieces(tokenizer: llg.LLTokenizer) -> dict[bytes, int]:
+    """Bytes -> token id: special tokens by their names (`<|im_end|>`), and preferred over
+    ordinary tokens that spell the same bytes, so that text's markers become the marker
+    tokens a grammar names."""
     pieces: dict[bytes, int] = {}
     for i in range(tokenizer.vocab_size):
         b = tokenizer.decode_bytes([i])
         if b and (b not in pieces or tokenizer.is_special_token(i)):
             pieces[b] = i
-    return pieces, max(map(len, pieces))
+    return pieces
 
 
 @functools.lru_cache(maxsize=8)
@@ -121,7 +121,8 @@ class ScriptedRuntime:
         self._assistant_prefix = assistant_prefix
         # longest first: a tail that extends another is the one the prompt ends with
         self._generation_prompts = sorted(set(generation_prompts), key=len, reverse=True)
-        self._pieces, self._longest = _pieces(tokenizer)
+        self._pieces = token_pieces(tokenizer)
+        self._longest = max(map(len, self._pieces))
         self._base = self._make_base(end_markers)
         self._row = np.empty(self._n_vocab, dtype=np.float32)
         self.turn = 0  # the turn (0-based) of the generation in progress

@@ -123,7 +123,7 @@ def _render(e: KanameError, status: int, code: str) -> APIError:
     if isinstance(e, ContextLengthError):
         return APIError(status, str(e), param=e.param or "messages", code=code)
     if isinstance(e, UnknownModelError):
-        return APIError(status, str(e), param="model", code=code)
+        return APIError(status, str(e), param="/model", code=code)
     if isinstance(e, FormatParseError):  # only possible with strict_level "off"
         return APIError(status, f"the model's turn does not follow its chat format "
                                 f"(strict_level off): {e}", code=code)
