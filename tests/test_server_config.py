@@ -45,3 +45,26 @@ def test_serve_options_set_the_names():
     assert config.served_names() == ["m1", "m2"] and config.any_model_name
     config = _server_config(build_parser().parse_args(["serve", "--model", "random"]))
     assert config.served_names() == ["random"] and not config.any_model_name
+
+
+def _ask(config: ServerConfig, names: list[str]) -> tuple[list[str], list[int]]:
+    """(the ids /v1/models lists, the status of a chat request naming each of `names`)."""
+    from fastapi.testclient import TestClient
+
+    from kaname.cli import _runtime_for_format
+    from kaname.server import build_app
+
+    with TestClient(build_app(config, _runtime_for_format)) as client:
+        ids = [m["id"] for m in client.get("/v1/models").json()["data"]]
+        statuses = [client.post("/v1/chat/completions", json={
+            "model": name, "max_tokens": 2,
+            "messages": [{"role": "user", "content": "hi"}]}).status_code for name in names]
+    return ids, statuses
+
+
+def test_the_server_answers_the_names_it_serves():
+    config = ServerConfig(model="random", format="qwen3", served_model_names=("m1", "m2"))
+    assert _ask(config, ["m1", "m2", "default", "random", "claude-x"]) == (
+        ["m1"], [200, 200, 200, 404, 404])
+    config = ServerConfig(model="random", format="qwen3", any_model_name=True)
+    assert _ask(config, ["claude-x", "gpt-5", "random"]) == (["random"], [200, 200, 200])
