@@ -31,10 +31,11 @@ import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
 
-# Logit levels. With these gaps, sampling at temperature 1 over a 262k vocabulary leaves the
-# script with a probability under 1e-12 a token (e^-40 x 262,144): tests stay deterministic
-# whatever temperature an agent sends. Each byte a token covers adds _PER_BYTE, so the
-# longest spelling of the script's next bytes is preferred over a prefix of it by e^-8 or more.
+# Logit levels. A script token gets at least 58, the end of the turn 30, closers 20 and 10,
+# the rest 0: sampling at temperature 1 (what agents send) leaves the script with a probability
+# under 1e-11 a token (e^-28 for each of a few end tokens, e^-38 for each closer, e^-58 for
+# each of 262k others), so tests stay deterministic. Each byte a token covers adds _PER_BYTE:
+# the longest spelling of the script's next bytes is preferred over a prefix of it by e^8.
 _SCRIPT = 50.0
 _PER_BYTE = 8.0
 _END = 30.0
