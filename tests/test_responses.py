@@ -709,3 +709,44 @@ def test_custom_tool_format_errors_point_at_the_flat_format(http):
     r = http.post("/v1/responses", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"].startswith("/tools/0/format/syntax"), r.json()
+
+
+def test_namespace_tools_and_outputs_matched_by_name(http):
+    """Codex's `namespace` tools: their functions are offered, a call carries its namespace
+    back, and an output sent with the call's name (and namespace) instead of its call_id is
+    matched to the call, streamed or not."""
+    spawn = {"type": "function", "name": "spawn_agent", "strict": False,
+             "parameters": {"type": "object", "properties": {"task": {"type": "string"}},
+                            "required": ["task"], "additionalProperties": False}}
+    tools = [{"type": "namespace", "name": "multi_agent_v1", "tools": [spawn]},
+             {"type": "web_search"}]
+    for seed in range(3):
+        r = http.post("/v1/responses", json={
+            "model": "random", "input": "go", "tools": tools, "tool_choice": "required",
+            "parallel_tool_calls": False, "max_output_tokens": 200, "seed": seed})
+        assert r.status_code == 200, r.text
+        calls = [i for i in r.json()["output"] if i["type"] == "function_call"]
+        if not calls or r.json()["status"] != "completed":
+            continue
+        (call,) = calls
+        assert (call["name"], call["namespace"]) == ("spawn_agent", "multi_agent_v1")
+        assert json.loads(call["arguments"]).keys() == {"task"}
+        # the output names the call instead of giving its call_id (as some of Codex's do)
+        history = [{"role": "user", "content": "go"}, call,
+                   {"type": "function_call_output", "name": "spawn_agent",
+                    "namespace": "multi_agent_v1", "output": "spawned"}]
+        base = {"model": "random", "input": history, "tools": tools, "max_output_tokens": 5,
+                "seed": 0}
+        by_name = http.post("/v1/responses", json=base)
+        assert by_name.status_code == 200, by_name.text
+        from kaname.edges.responses import ResponsesRequest, to_turn
+        from kaname.formats.items import ToolResult
+
+        turn = to_turn(ResponsesRequest.model_validate(base), ())
+        (result,) = [i for i in turn.messages if isinstance(i, ToolResult)]
+        assert (result.call_id, result.at) == (call["call_id"], "/input/2")
+        orphan = http.post("/v1/responses", json={**base, "input": [
+            history[0], {"type": "function_call_output", "output": "x"}]})
+        assert orphan.status_code == 400 and orphan.json()["error"]["param"] == "/input/1/call_id"
+        return
+    raise AssertionError("no seed gave a completed call")
