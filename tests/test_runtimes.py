@@ -64,7 +64,9 @@ def test_served_context_is_ctx_size(ctx_size):
     from kaname.server import ServerConfig, build_app
 
     config = ServerConfig(model="random", format="qwen3", ctx_size=ctx_size)
-    with TestClient(build_app(config, _runtime_for_format)) as client:
+    app = build_app(config, _runtime_for_format)
+    assert app.state.n_ctx == (ctx_size or None)  # what `kaname serve` says it serves
+    with TestClient(app) as client:
         r = client.post("/v1/completions", json={"model": "random", "prompt": "word " * 100,
                                                  "max_tokens": 4})
     if ctx_size:

@@ -318,7 +318,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     app = build_app(config, _runtime_for_format)
     config = app.state.config
     where = f"upstream {config.upstream}" if config.upstream else f"model {config.model}"
-    print(f"kaname: serving {config.model_id()} ({where}, format {config.format}) on "
+    context = f", context {app.state.n_ctx} tokens" if app.state.n_ctx else ""
+    print(f"kaname: serving {config.model_id()} ({where}, format {config.format}{context}) on "
           f"http://{config.host}:{config.port}/v1", file=sys.stderr, flush=True)
     uvicorn.run(app, host=config.host, port=config.port, log_level=args.log_level,
                 timeout_graceful_shutdown=int(args.graceful_shutdown))

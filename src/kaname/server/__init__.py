@@ -61,6 +61,7 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
                                request_timeout=config.request_timeout)
     app = create_app(config, backend, metrics)
     app.state.config = config  # as resolved here (the upstream's model discovered)
+    app.state.n_ctx = backend.n_ctx  # the runtime's real context (None: unbounded or upstream)
     return app
 
 
