@@ -84,3 +84,40 @@ def test_markers_inside_json_strings_are_content(name):
         deltas += stream.finish()[1]
         assert merge_deltas(deltas)["content"] == value, marker
     assert checked >= 1, "no marker reached a JSON string: the test checks nothing"
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_free_text_spelling_a_marker_is_refused_or_read_as_content(name):
+    """Whatever free-text content the grammar accepts, the parser reads back as that content:
+    a marker spelled out in ordinary tokens, one character each (a special token's text
+    included: a real vocabulary can spell "</tool_call>" too), is kept out of the text by the
+    grammar, or is content. Found in qwen3: "</tool_call>" spelled out passed the grammar of a
+    turn without tools and the parser refused it."""
+    fmt = FORMATS[name]
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    compiler = GrammarCompiler(tok)
+    always = fmt.reasoning is not None and fmt.reasoning.opened_by_prompt \
+        and not fmt.reasoning.off
+    turn = prepare_turn(fmt, [{"role": "user", "content": "x"}], tok, compiler,
+                        reasoning="on" if always else "off")
+    compiled = compiler.compile(Lark(turn.grammar))
+    for marker in _markers(fmt):
+        text = f"a {marker} b"
+        matcher = compiled.new_matcher()
+        ids: list[int] = []
+        reasoning = "ok" + fmt.reasoning.end if always and fmt.reasoning else ""
+        forced = fmt.content_begin
+        pieces = [tok.tokenize_str(reasoning + forced, parse_special=True),
+                  *(tok.tokenize_str(ch) for ch in text)]
+        accepted = True
+        for piece in pieces:
+            if not matcher.consume_tokens(piece):
+                accepted = False
+                break
+            ids += piece
+        end = tok.tokenize_str(fmt.end_of_turn, parse_special=True)
+        if not accepted or matcher.validate_tokens(end) != len(end):
+            continue  # kept out by the grammar
+        matcher.consume_tokens(end)
+        parsed, _, _ = turn.parse(tok.decode_str([*ids, *end]), "stop", "c_")
+        assert parsed.content == text and not parsed.tool_calls, marker

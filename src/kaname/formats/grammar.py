@@ -97,8 +97,10 @@ class _Builder:
         ends = " | ".join(self.lit(m) for m in ms)
         ends = ends if len(ms) == 1 else f"({ends})"
         free = f"/{text}/"
-        # a special token cannot be in text anyway: only spelled-out markers need keeping out
-        spelled = [c for c in exclude if c not in self.special]
+        # a marker that is a special token can still be spelled out in ordinary tokens
+        # ("</" "tool" "_call" ">"), which the parser reads as the marker: keep every one out,
+        # the end markers too (plain-text ones end the lazy rule where they first appear)
+        spelled = list(dict.fromkeys([*exclude, *(ms if special else ())]))
         if spelled:
             free = self.name("FREE").upper()
             avoid = "|".join(raw_text.literal(c) for c in spelled)
