@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from kaname.cli import format_reasoning
 from kaname.formats import FORMATS, get_format
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,11 +157,15 @@ def test_chat_random_model_every_format(fmt):
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_chat_reasoning_defaults_to_the_formats_own(name):
-    """Without --reasoning, every format gets a mode it can have: the model may reason where
-    the format has a reasoning block (as `kaname serve` does), else it does not."""
+    """Without a reasoning mode, every format gets one it can have (the pipeline's
+    resolve_reasoning, as `kaname serve` where a request does not say): the model may reason
+    where the format has a reasoning block, else it does not."""
+    from kaname.chat import resolve_reasoning
+    from kaname.formats.request import TurnRequest
+
     fmt = get_format(name)
-    mode = format_reasoning(fmt)
-    assert mode == ("on" if fmt.reasoning else "off")
+    mode, ignored = resolve_reasoning(fmt, TurnRequest(), None)
+    assert (mode, ignored) == ("on" if fmt.reasoning else "off", [])
     fmt.opening(mode)  # raises ConstraintError where the format cannot have it
 
 

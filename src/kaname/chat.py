@@ -234,11 +234,12 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
                  allowed_tools: Sequence[str] | None = None,
                  parallel_tool_calls: bool = True,
                  response_format: Mapping[str, Any] | None = None,
-                 reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
-                 strict_level: StrictLevel = "full",
+                 reasoning: ReasoningMode | None = "off",
+                 max_reasoning_tokens: int | None = None, strict_level: StrictLevel = "full",
                  chat_template: str | None = None) -> PreparedTurn:
     """`prepare` for a turn given in chat completions' shape (messages, tools and
-    response_format as OpenAI's chat API writes them), read by that API's edge."""
+    response_format as OpenAI's chat API writes them), read by that API's edge.
+    `reasoning` None: the format's own mode (the model may reason where it can)."""
     from .edges.chat import turn_from_chat  # the edge sits above the pipeline it feeds
 
     body: dict[str, Any] = {"model": "default", "messages": list(messages),
@@ -250,6 +251,9 @@ def prepare_turn(fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
         body["tools"] = list(tools)
     if response_format is not None:
         body["response_format"] = response_format
+    if reasoning is None:  # what a server does where a request does not say
+        return prepare(fmt, turn_from_chat(body), tokenizer, compiler,
+                       chat_template=chat_template)
     return prepare(fmt, turn_from_chat(body), tokenizer, compiler,
                    chat_template=chat_template, reasoning=reasoning)
 
@@ -267,11 +271,12 @@ def _choice_body(choice: str, allowed: Sequence[str] | None) -> Any:
 def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]], *,
          tools: Sequence[Mapping[str, Any]] | None = None, tool_choice: str = "auto",
          parallel_tool_calls: bool = True, response_format: Mapping[str, Any] | None = None,
-         reasoning: ReasoningMode = "off", max_reasoning_tokens: int | None = None,
+         reasoning: ReasoningMode | None = None, max_reasoning_tokens: int | None = None,
          strict_level: StrictLevel = "full", max_tokens: int = 512, temperature: float = 0.0,
          seed: int | None = None, chat_template: str | None = None) -> TurnResult:
     """One assistant turn on the engine, through the same pipeline as the server. Raises
-    ConstraintError (a 400) for requests that cannot be enforced."""
+    ConstraintError (a 400) for requests that cannot be enforced. `reasoning` None: the
+    format's own mode, as the server's where a request does not say."""
     turn = prepare_turn(fmt, messages, engine.runtime.tokenizer, engine.compiler, tools=tools,
                         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls,
                         response_format=response_format, reasoning=reasoning,

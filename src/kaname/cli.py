@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import ConstraintError, KanameError
 
@@ -221,13 +221,6 @@ def _runtime_for_format(model: str, fmt, seed: int | None,  # type: ignore[no-un
     return cls(tokenizer, seed=seed or 0, eos_token_ids=eos, n_ctx=n_ctx or None)
 
 
-def format_reasoning(fmt: ChatFormat) -> Literal["on", "off"]:
-    """A format's own reasoning mode, the one `kaname serve` uses where a request does not
-    say: the model may reason where the format has a reasoning block. (A fixed "off" made
-    `kaname chat --format qwen3_thinking` exit 2: its prompt always opens the block.)"""
-    return "on" if fmt.reasoning is not None else "off"
-
-
 @_exit_codes
 def cmd_chat(args: argparse.Namespace) -> int:
     from .chat import chat
@@ -245,7 +238,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     engine = Engine(_runtime_for_format(args.model, fmt, args.seed, args.ctx_size))
     result = chat(engine, fmt, messages, tools=tools, tool_choice=args.tool_choice,
                   parallel_tool_calls=args.parallel_tool_calls == "true",
-                  response_format=rf, reasoning=args.reasoning or format_reasoning(fmt),
+                  response_format=rf, reasoning=args.reasoning,
                   max_reasoning_tokens=args.max_reasoning_tokens,
                   strict_level=args.strict_level, max_tokens=args.max_tokens,
                   temperature=args.temperature, seed=args.seed,
