@@ -318,10 +318,11 @@ def test_an_error_once_streaming_is_response_failed():
 
     from kaname.edges.responses import Context, ResponsesRequest
     from kaname.errors import ModelError
+    from kaname.formats.items import TextDelta
     from kaname.server.responses_api import ResponseStore, _stream
 
     async def failing(turn):
-        yield {"content": "half an ans"}
+        yield TextDelta("content", "half an ans")
         raise ModelError("the model went away")
 
     turns: Any = SimpleNamespace(stream=failing)

@@ -351,6 +351,21 @@ class ChatReply:
                                                   "finish_reason": finish, "logprobs": None}],
                 **extra}
 
+    def delta(self, delta: items.Delta) -> dict[str, Any]:
+        """A typed delta as a chat chunk."""
+        if isinstance(delta, items.TextDelta):
+            key = "reasoning_content" if delta.kind == "reasoning" else "content"
+            return self.chunk({key: delta.text})
+        kind, value = ("custom", "input") if delta.custom else ("function", "arguments")
+        call: dict[str, Any] = {"index": delta.index}
+        if delta.id is not None:  # first sight: id, type, name
+            call |= {"id": delta.id, "type": kind, kind: {"name": delta.name, value: ""}}
+            if delta.fragment:
+                call[kind][value] = delta.fragment
+        else:
+            call[kind] = {value: delta.fragment}
+        return self.chunk({"tool_calls": [call]})
+
     def last(self, result: TurnResult, include_usage: bool) -> list[dict[str, Any]]:
         out = [self.chunk({}, result.finish, kaname=result.report)]
         if include_usage:

@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 from ..chat import TurnResult
 from ..errors import RequestError
 from ..formats import ParsedTurn, items
+from ..formats.items import Delta, TextDelta
 from ..formats.parser import ToolCall as ParsedCall
 from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import JsonSchema
@@ -472,7 +473,7 @@ def _arguments(call: ParsedCall) -> str:
 
 
 class BlockEvents:
-    """Parser deltas → content-block events. A block opens at its first non-empty delta (as
+    """Typed deltas → content-block events. A block opens at its first non-empty delta (as
     `blocks` leaves empty ones out; an enabled thinking block opens before anything else) and
     closes when another kind of delta comes."""
 
@@ -483,28 +484,28 @@ class BlockEvents:
         self.tool_block: dict[int, int] = {}  # tool call index -> block index
         self.thinking = ""  # the open thinking block's text, for its signature
 
-    def feed(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
+    def feed(self, delta: Delta) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        if text := delta.get("reasoning_content"):
+        if isinstance(delta, TextDelta) and delta.kind == "reasoning":
             out += self._start_thinking()
-            self.thinking += text
+            self.thinking += delta.text
             if not self.hide:
                 out.append(self._delta(self.count - 1, {"type": "thinking_delta",
-                                                        "thinking": text}))
+                                                        "thinking": delta.text}))
+            return out
         if self.thinking_first and self.count == 0:  # thinking enabled, none written
             out += self._start_thinking()
-        if text := delta.get("content"):
+        if isinstance(delta, TextDelta):
             out += self._start(("text", 0), {"type": "text", "text": ""})
-            out.append(self._delta(self.count - 1, {"type": "text_delta", "text": text}))
-        for call in delta.get("tool_calls") or []:
-            index, fn = call["index"], call.get("function") or {}
-            if "id" in call:  # first sight of a call
-                out += self._start(("tool", index), _tool_use(call["id"], fn.get("name", ""),
-                                                              ""))
-                self.tool_block[index] = self.count - 1
-            if fn.get("arguments"):
-                out.append(self._delta(self.tool_block[index], {
-                    "type": "input_json_delta", "partial_json": fn["arguments"]}))
+            out.append(self._delta(self.count - 1, {"type": "text_delta",
+                                                    "text": delta.text}))
+            return out
+        if delta.id is not None:  # first sight of a call
+            out += self._start(("tool", delta.index), _tool_use(delta.id, delta.name or "", ""))
+            self.tool_block[delta.index] = self.count - 1
+        if delta.fragment:  # (Messages tools are all JSON: no custom tool streams here)
+            out.append(self._delta(self.tool_block[delta.index], {
+                "type": "input_json_delta", "partial_json": delta.fragment}))
         return out
 
     def close(self) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from pydantic import ConfigDict, Field
 from ..chat import TurnResult
 from ..errors import RequestError
 from ..formats import ParsedTurn, items
+from ..formats.items import CallDelta, Delta, TextDelta
 from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import Constraint, from_response_format
 from .common import KanameOptions, Loose, custom_tool, extras, sampling
@@ -421,7 +422,7 @@ def _text_format(text: Mapping[str, Any] | None) -> Constraint | None:
     return from_response_format({"type": fmt["type"]})
 
 
-# ---- chat deltas -> output items and their events -------------------------------------------
+# ---- deltas -> output items and their events -------------------------------------------
 
 # Each kind of output item: (its content part's type, or the field a call's text accumulates
 # in; the prefix of its delta and done events; the done event's text key)
@@ -440,7 +441,7 @@ def _new_id(prefix: str) -> str:
 
 
 class Output:
-    """A turn's output items, built from chat deltas, with the stream events that build them.
+    """A turn's output items, built from typed deltas, with the stream events that build them.
 
     The one translation of a turn's result in both modes: a stream feeds the deltas as they
     come and then `finish`es with the final message; a non-streamed response only
@@ -460,37 +461,31 @@ class Output:
             return str(item["content"][0]["text"]) if item["content"] else ""
         return str(item[_KINDS[item["type"]][0]])
 
-    def feed(self, delta: dict[str, Any]) -> list[dict[str, Any]]:
-        """The events of one chat delta."""
-        events: list[dict[str, Any]] = []
-        if delta.get("reasoning_content"):
-            events += self._text("reasoning", delta["reasoning_content"])
-        if delta.get("content"):
-            events += self._text("message", delta["content"])
-        for call in delta.get("tool_calls") or ():
-            events += self._call(call)
-        return events
+    def feed(self, delta: Delta) -> list[dict[str, Any]]:
+        """The events of one delta."""
+        if isinstance(delta, TextDelta):
+            return self._text("reasoning" if delta.kind == "reasoning" else "message",
+                              delta.text)
+        return self._call(delta)
 
     def finish(self, turn: ParsedTurn, finish: str) -> list[dict[str, Any]]:
         """The events that bring the items to `turn` (the final one: after a cut turn it may
         hold text no delta carried) and close the last item."""
         events: list[dict[str, Any]] = []
-        for key, kind, final in (("reasoning_content", "reasoning", turn.reasoning_content),
-                                 ("content", "message", turn.content)):
-            rest = self._rest(final, [i for i in self.items if i["type"] == kind])
+        for delta, item_kind in ((TextDelta("reasoning", turn.reasoning_content or ""),
+                                  "reasoning"),
+                                 (TextDelta("content", turn.content or ""), "message")):
+            rest = self._rest(delta.text, [i for i in self.items if i["type"] == item_kind])
             if rest:
-                events += self.feed({key: rest})
+                events += self.feed(TextDelta(delta.kind, rest))
         for j, call in enumerate(turn.tool_calls):
-            kind = "custom" if call.custom else "function"
-            value = "input" if call.custom else "arguments"
             item = self._calls.get(j)
             if item is None:
-                events += self._call({"index": j, "id": call.id, "type": kind,
-                                      kind: {"name": call.name, value: ""}})
+                events += self._call(CallDelta(j, "", call.id, call.name, call.custom))
                 item = self._calls[j]
             rest = self._rest(call.input if call.custom else call.arguments, [item])
             if rest:
-                events += self._call({"index": j, kind: {value: rest}})
+                events += self._call(CallDelta(j, rest, custom=call.custom))
         events += self._close("incomplete" if finish == "length" else "completed")
         return events
 
@@ -527,31 +522,27 @@ class Output:
             delta["logprobs"] = []
         return [*events, delta]
 
-    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+    def _call(self, call: CallDelta) -> list[dict[str, Any]]:
         events = []
-        index = call.get("index", 0)
-        item = self._calls.get(index)
-        custom = call.get("type") == "custom" or "custom" in call
-        inner = call.get("custom" if custom else "function") or {}
-        value = "input" if custom else "arguments"
+        item = self._calls.get(call.index)
+        value = "input" if call.custom else "arguments"
         if item is None:
             events += self._close("completed")
-            kind = "custom_tool_call" if custom else "function_call"
-            item = {"id": _new_id(_ID_PREFIX[kind]), "type": kind, "call_id": call.get("id"),
-                    "name": inner.get("name"), value: ""}
-            if inner.get("name") in self.namespaces:
-                item["namespace"] = self.namespaces[inner["name"]]
-            if not custom:  # OpenAI's custom tool calls have no status
+            kind = "custom_tool_call" if call.custom else "function_call"
+            item = {"id": _new_id(_ID_PREFIX[kind]), "type": kind, "call_id": call.id,
+                    "name": call.name, value: ""}
+            if call.name is not None and call.name in self.namespaces:
+                item["namespace"] = self.namespaces[call.name]
+            if not call.custom:  # OpenAI's custom tool calls have no status
                 item["status"] = "in_progress"
-            self._calls[index] = item
+            self._calls[call.index] = item
             events += self._add(item)
-        fragment = inner.get(value)
-        if fragment:
+        if call.fragment:
             if item is not self._open:
-                raise RuntimeError(f"a delta for tool call {index} after it was closed")
-            item[value] += fragment
+                raise RuntimeError(f"a delta for tool call {call.index} after it was closed")
+            item[value] += call.fragment
             events.append({"type": f"{_KINDS[item['type']][1]}.delta", **self._at(item),
-                           "delta": fragment})
+                           "delta": call.fragment})
         return events
 
     def _add(self, item: dict[str, Any]) -> list[dict[str, Any]]:

@@ -179,7 +179,7 @@ async def _stream_chat(turns: Turns, turn: Turn, reply: ChatReply, include_usage
                 for chunk in reply.last(item, include_usage):
                     yield chunk
             else:
-                yield reply.chunk(item)
+                yield reply.delta(item)
 
 
 async def _stream_completion(call: Call, response_id: str, model: str, include_usage: bool,

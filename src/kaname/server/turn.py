@@ -13,13 +13,14 @@ import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from fastapi import Request
 
 from ..chat import Finish, PreparedTurn, TurnResult, new_call_id_prefix, prepare
 from ..errors import ConstraintError, FormatParseError, UnknownModelError
 from ..formats import ParsedTurn
+from ..formats.items import Delta, TextDelta, typed_deltas
 from ..formats.request import TurnRequest
 from ..grammar import Lark
 from .admission import Slot
@@ -27,8 +28,6 @@ from .backend import Backend, Generated
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching
 from .config import ServerConfig
 from .metrics import Metrics
-
-Delta = dict  # a parser delta: {"reasoning_content"} | {"content"} | {"tool_calls": [...]}
 
 
 @dataclass
@@ -45,6 +44,10 @@ class Turn:
     @property
     def request(self) -> TurnRequest:
         return self.prepared.request
+
+
+def typed(deltas: list[dict[str, Any]]) -> list[Delta]:
+    return [t for d in deltas for t in typed_deltas(d)]
 
 
 class Turns:
@@ -97,12 +100,12 @@ class Turns:
         return self._result(turn, gen, parsed, finish, cut)
 
     async def stream(self, turn: Turn) -> AsyncGenerator[Delta | TurnResult, None]:
-        """The turn as parser deltas as they become final, then its TurnResult; the deltas
+        """The turn as typed deltas as they become final, then its TurnResult; the deltas
         add up to the result's turn."""
         prepared = turn.prepared
         parser = prepared.stream_parser(turn.id_prefix)
         opening = prepared.opening
-        for delta in parser.feed(opening):  # what the prompt wrote of the turn
+        for delta in typed(parser.feed(opening)):  # what the prompt wrote of the turn
             yield delta
         gen: Generated | None = None
         async with aclosing(generate_streamed(turn.call)) as items:
@@ -110,7 +113,7 @@ class Turns:
                 if isinstance(item, Generated):
                     gen = item
                     break
-                for delta in parser.feed(item[0]):
+                for delta in typed(parser.feed(item[0])):
                     yield delta
         if gen is None:  # pragma: no cover - generate_streamed ends with the result or raises
             raise RuntimeError("generation ended without a result")
@@ -118,7 +121,7 @@ class Turns:
         if not gen.enforced:
             rest = (opening + gen.text)[len(parser.text):]
             if rest:
-                yield {"content": rest}
+                yield TextDelta("content", rest)
             yield self._result(turn, gen, ParsedTurn(content=gen.text), gen.finish_reason)
             return
         cut = False
@@ -130,7 +133,7 @@ class Turns:
                     raise
                 parsed, deltas = prepared.parse(gen.text, "stop", turn.id_prefix)[0], []
                 cut = True
-            for delta in deltas:
+            for delta in typed(deltas):
                 yield delta
             finish = "tool_calls" if parsed.tool_calls else "stop"
         else:
