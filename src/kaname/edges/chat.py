@@ -16,7 +16,7 @@ from ..chat import TurnResult
 from ..errors import RequestError
 from ..formats import items
 from ..formats.request import ReasoningAsk, Tool, TurnRequest
-from .common import KanameOptions, Loose, custom_tool, extras, read, sampling
+from .common import Loose, SamplingFields, custom_tool, extras, read, sampling
 
 
 class FunctionCall(Loose):
@@ -142,34 +142,20 @@ class ResponseFormat(Loose):
     json_schema: JsonSchemaSpec | None = None
 
 
-class StreamOptions(Loose):
-    include_usage: bool = False
-
-
-class ChatCompletionRequest(Loose):
-    model: str
+class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     tools: list[AnyTool] | None = None
     tool_choice: (Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomChoice
                   | AllowedToolsChoice | None) = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    n: int | None = Field(default=None, ge=1)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
     reasoning_effort: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     # kaname's extensions
     strict_level: Literal["full", "names", "off"] | None = None
     max_reasoning_tokens: int | None = Field(default=None, ge=1)
     allow_unenforced: bool = False
-    kaname: KanameOptions | None = None
 
 
 def turn_from_chat(body: Mapping[str, Any]) -> TurnRequest:

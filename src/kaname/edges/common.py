@@ -63,6 +63,26 @@ class KanameOptions(BaseModel):
         return self.guards.model_dump(exclude_unset=True) if self.guards is not None else {}
 
 
+class StreamOptions(Loose):
+    include_usage: bool = False
+
+
+class SamplingFields(Loose):
+    """What OpenAI's chat and (legacy) completions requests share: model, budget, sampling,
+    streaming, and kaname's own options."""
+
+    model: str
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = Field(default=None, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    kaname: KanameOptions | None = None
+
+
 def read(model: type[M], raw: Any, at: str = "") -> M:
     """`raw` read by `model`; a RequestError naming the pointer (under `at`) of what failed."""
     try:

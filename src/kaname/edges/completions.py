@@ -10,8 +10,8 @@ from pydantic import BaseModel, Field
 
 from ..errors import ConstraintError, RequestError
 from ..grammar import Constraint, to_constraint
-from .chat import ResponseFormat, StreamOptions
-from .common import KanameOptions, Loose
+from .chat import ResponseFormat
+from .common import Loose, SamplingFields
 
 
 class StructuredOutputs(Loose):
@@ -24,17 +24,7 @@ class StructuredOutputs(Loose):
     json_object: bool | None = None
 
 
-class CompletionRequest(Loose):
-    model: str
-    max_tokens: int | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    n: int | None = Field(default=None, ge=1)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    kaname: KanameOptions | None = None
+class CompletionRequest(SamplingFields):
     prompt: str | list[str] = ""
     response_format: ResponseFormat | dict[str, Any] | None = None
     structured_outputs: StructuredOutputs | None = None
