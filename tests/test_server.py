@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import json
+import random
+import string
+from collections import Counter
 
 import httpx
 import jsonschema
 import openai
 import pytest
 import rfc3987
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict
 from serverproc import ServerProcess
 
@@ -358,6 +362,59 @@ def test_metrics(server):
     assert "kaname_mask_seconds_count" in text
     assert 'kaname_compile_cache_total{result="hit"}' in text
     assert "kaname_queue_depth" in text
+
+
+def _request_counts(text: str) -> dict[tuple[str, str], float]:
+    return {(s.labels["endpoint"], s.labels["status"]): s.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "kaname_requests" for s in family.samples
+            if s.name == "kaname_requests_total"}
+
+
+def test_metrics_stay_bounded_under_random_paths(server):
+    """2,000 requests to random paths, with the key and without, add at most a series per
+    status under one "unmatched" label, not one per path; real routes count under their
+    template, 401s before routing included."""
+    rng = random.Random(21)
+    auth = {"Authorization": "Bearer sekrit"}
+    alphabet = string.ascii_letters + string.digits + "-._~%"
+    sent: Counter[str] = Counter()
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        first = http.get("/metrics", headers=auth).text
+        for i in range(2000):
+            path = "/" + "/".join(
+                "".join(rng.choices(alphabet, k=rng.randint(1, 12))).replace("%", "%25")
+                for _ in range(rng.randint(1, 4)))
+            if rng.random() < 0.3:
+                path = "/v1/z" + path  # under the API's prefix, still no route
+            keyed = i % 2 == 0
+            r = http.request(rng.choice(["GET", "POST", "DELETE"]), path,
+                             headers=auth if keyed else {})
+            assert r.status_code == (404 if keyed else 401), (path, r.text)
+            sent["404" if keyed else "401"] += 1
+        for _ in range(5):
+            assert http.get("/v1/models", headers=auth).status_code == 200
+        assert http.get("/v1/models").status_code == 401
+        for n in range(3):
+            assert http.get(f"/v1/responses/resp_{n}", headers=auth).status_code == 404
+        assert http.post("/v1/models", headers=auth).status_code == 405
+        last = http.get("/metrics", headers=auth).text
+    before, after = _request_counts(first), _request_counts(last)
+
+    def grew(endpoint: str, status: str) -> float:
+        return after.get((endpoint, status), 0) - before.get((endpoint, status), 0)
+
+    # the 2,000 paths add two series; the rest are the real requests above
+    assert set(after) - set(before) <= {
+        ("unmatched", "401"), ("unmatched", "404"), ("/v1/models", "200"),
+        ("/v1/models", "401"), ("/v1/models", "405"), ("/v1/responses/{response_id}", "404"),
+        ("/metrics", "200")}, set(after) - set(before)
+    assert len(last) - len(first) < 2000, "per-path series in /metrics"
+    assert grew("unmatched", "401") == sent["401"] and grew("unmatched", "404") == sent["404"]
+    assert grew("/v1/models", "200") == 5 and grew("/v1/models", "401") == 1
+    assert grew("/v1/models", "405") == 1
+    assert grew("/v1/responses/{response_id}", "404") == 3
+    assert grew("/metrics", "200") == 1  # the first scrape, counted once it was answered
 
 
 def test_proxy_with_tokenizer_json_and_sglang_dialect(server, tmp_path):

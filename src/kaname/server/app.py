@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import asdict
 from typing import Any
@@ -15,6 +15,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
 
 from ..chat import TurnResult
 from ..edges import chat as chat_edge
@@ -32,6 +34,8 @@ from .metrics import Metrics
 from .responses_api import add_responses_routes
 from .sse import EventStream
 from .turn import Turn, Turns
+
+UNMATCHED = "unmatched"  # the endpoint label of every path no route serves
 
 
 def shape_of(path: str) -> Shape:
@@ -54,16 +58,17 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     @app.middleware("http")
     async def auth_and_count(request: Request, call_next):  # type: ignore[no-untyped-def]
         path = request.url.path
+        endpoint = endpoint_label(app.router.routes, request.scope)
         if config.api_key and path != "/health" and not _authorized(request, config.api_key):
             response: Response = APIError(401, "invalid or missing API key",
                                           code="invalid_api_key").response(shape_of(path))
-            metrics.requests.labels(path, "401").inc()
+            metrics.requests.labels(endpoint, "401").inc()
             return response
         try:
             response = await call_next(request)
         except Exception as e:  # answered in the API's shape, logged
             response = api_error(e).response(shape_of(path))
-        metrics.requests.labels(path, str(response.status_code)).inc()
+        metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 
     @app.exception_handler(KanameError)
@@ -157,6 +162,21 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             "usage": usage(gen), "kaname": {**ext, "enforced": gen.enforced}})
 
     return app
+
+
+def endpoint_label(routes: Sequence[BaseRoute], scope: Scope) -> str:
+    """The route template a request is counted under (`/v1/responses/{response_id}`), or
+    "unmatched": a label per raw path would let any client grow /metrics without bound."""
+    partial = UNMATCHED  # a path served with another method (a 405), as the router reads it
+    for route in routes:
+        if not isinstance(route, Route):
+            continue
+        match, _ = route.matches(scope)
+        if match == Match.FULL:
+            return route.path
+        if match == Match.PARTIAL and partial == UNMATCHED:
+            partial = route.path
+    return partial
 
 
 def _authorized(request: Request, key: str) -> bool:
