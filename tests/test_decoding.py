@@ -159,7 +159,7 @@ def test_stop_string_and_length(compiler, random_runtime):
     c = compiler.compile(Choice(("hello world, and more",)))
     d = decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=100)
     assert d.finish_reason == "stop" and d.text == "hello world, and more"
-    assert d.forced_tokens == len(d.tokens) - 1  # one pick, the rest forced
+    assert d.usage.forced_tokens == len(d.tokens) - 1  # one pick, the rest forced
     d = decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=100,
                stop=["wor"])
     assert d.finish_reason == "stop" and d.text == "hello "

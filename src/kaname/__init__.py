@@ -1,7 +1,7 @@
 """kaname: constrained decoding, output valid by construction."""
 
 from .decoding import SamplingParams
-from .engine import Enforced, Engine, GenerationResult, Usage
+from .engine import Enforced, Engine, Generation, Usage
 from .errors import (
     ConstraintError,
     ContextLengthError,
@@ -24,7 +24,7 @@ __all__ = [
     "Enforced",
     "Engine",
     "FormatParseError",
-    "GenerationResult",
+    "Generation",
     "GrammarTooComplexError",
     "Guards",
     "InvalidGrammarError",

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 import llguidance as llg
 
-from .engine import Engine, Usage
+from .decoding import Generation, Usage
+from .engine import Engine
 from .errors import ConstraintError, FormatParseError
 from .formats import (
     ChatFormat,
@@ -41,15 +42,20 @@ Finish = Literal["stop", "tool_calls", "length"]
 @dataclass
 class TurnResult:
     """A finished turn, the one result every edge renders: the parsed turn, how it ended
-    (stop | tool_calls | length), one usage, and the report of what was enforced."""
+    (stop | tool_calls | length), the report of what was enforced, and the generation it
+    was parsed from (its text, usage and how it ended, as the decoding loop or the upstream
+    left it)."""
 
     turn: ParsedTurn
     finish: Finish
-    usage: Usage
+    generation: Generation
     report: dict[str, Any]
-    raw_text: str = ""  # what was generated (the prompt's opening not included)
     stop_sequence: str | None = None  # the stop string that ended the turn, where known
     stopped_by_string: bool = False
+
+    @property
+    def usage(self) -> Usage:
+        return self.generation.usage
 
     @property
     def reasoning_tokens(self) -> int:
@@ -285,6 +291,7 @@ def chat(engine: Engine, fmt: ChatFormat, messages: Sequence[Mapping[str, Any]],
     result = engine.generate(turn.prompt_without_bos, Lark(turn.grammar), max_tokens=max_tokens,
                              temperature=temperature, seed=seed)
     parsed, finish, _ = turn.parse(result.text, result.finish_reason, new_call_id_prefix())
-    return TurnResult(parsed, finish, result.usage, turn.report(
-        parsed, finish, enforced=True, grammar_hash=result.enforced.grammar_hash),
-        result.text, result.stop_sequence)
+    grammar_hash = result.enforced.grammar_hash if result.enforced else None
+    return TurnResult(parsed, finish, result, turn.report(
+        parsed, finish, enforced=True, grammar_hash=grammar_hash), result.stop_sequence,
+        result.stop_sequence is not None)

@@ -1,71 +1,22 @@
 """The public entry point: a runtime, a grammar compiler and the decoding loop together.
 
     engine = Engine.default()                       # embedded Gemma 3 270M
-    result = engine.generate(prompt, response_format=Invoice)
+    result = engine.generate(prompt, response_format=Invoice)   # a Generation
     result.parsed, result.finish_reason, result.valid
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .decoding import Decoded, FinishReason, SamplingParams, decode
+from .decoding import Enforced, Generation, SamplingParams, Usage, decode
 from .errors import ContextLengthError
 from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, to_constraint
 from .runtimes.base import Runtime
-
-
-@dataclass(frozen=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    forced_tokens: int
-
-
-@dataclass(frozen=True)
-class Enforced:
-    """What the grammar guaranteed for this result: nothing is relaxed silently."""
-
-    constraint: str
-    grammar_hash: str
-    strict: bool | None
-    not_enforced: list[dict[str, str]]
-    caps: dict[str, Any]
-
-
-@dataclass
-class GenerationResult:
-    text: str
-    finish_reason: FinishReason
-    usage: Usage
-    # jsonschema post-check for JSON constraints (False whenever the output was cut short);
-    # None for constraints that are not JSON.
-    valid: bool | None
-    enforced: Enforced
-    parsed: Any = None
-    stats: dict[str, int] = field(default_factory=dict)
-    # ns spent on the constraint per sampled token (model excluded): for metrics
-    constraint_ns: list[int] = field(default_factory=list, repr=False)
-    tokens: list[int] = field(default_factory=list, repr=False)  # the generated token ids
-    stop_sequence: str | None = None  # the stop string generation ended at
-
-    @property
-    def complete(self) -> bool:
-        return self.finish_reason == "stop"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "finish_reason": self.finish_reason,
-            "usage": asdict(self.usage),
-            "valid": self.valid,
-            "enforced": asdict(self.enforced),
-            "stats": self.stats,
-        }
 
 
 class Engine:
@@ -106,7 +57,7 @@ class Engine:
         guards: Guards | None = None,
         lazy: bool = True,
         on_tokens: Callable[[list[int]], None] | None = None,
-    ) -> GenerationResult:
+    ) -> Generation:
         """Generate text valid for `response_format` (any shape `to_constraint` accepts, or a
         CompiledConstraint from this engine's compiler; None = free text). Raises
         ConstraintError for a constraint that cannot be enforced. `on_tokens` streams the
@@ -120,7 +71,7 @@ class Engine:
         with self._lock:
             decoded = decode(self.runtime, tokens, compiled.new_matcher(), params,
                              max_tokens=max_tokens, stop=stop, lazy=lazy, on_tokens=on_tokens)
-        return _result(decoded, compiled, len(tokens), response_format)
+        return _checked(decoded, compiled, response_format)
 
 
 def check_context(prompt_tokens: int, max_tokens: int, n_ctx: int | None) -> None:
@@ -130,34 +81,18 @@ def check_context(prompt_tokens: int, max_tokens: int, n_ctx: int | None) -> Non
         raise ContextLengthError(n_ctx, prompt_tokens, max_tokens)
 
 
-def _result(d: Decoded, c: CompiledConstraint, prompt_tokens: int,
-            response_format: Any) -> GenerationResult:
-    valid = c.validate(d.text)
-    if valid is not None and d.finish_reason != "stop":
+def _checked(g: Generation, c: CompiledConstraint, response_format: Any) -> Generation:
+    """`g` with what the grammar guaranteed and the independent post-check."""
+    valid = c.validate(g.text)
+    if valid is not None and g.finish_reason != "stop":
         valid = False
-    parsed = None
-    if valid:
-        parsed = _parse(d.text, response_format)
     strict = c.constraint.strict if isinstance(c.constraint, JsonSchema) else None
-    return GenerationResult(
-        text=d.text,
-        finish_reason=d.finish_reason,
-        usage=Usage(prompt_tokens, len(d.tokens), d.forced_tokens),
-        valid=valid,
-        enforced=Enforced(
-            constraint=type(c.constraint).__name__,
-            grammar_hash=c.grammar_hash,
-            strict=strict,
-            not_enforced=[asdict(n) for n in c.not_enforced],
-            caps=c.caps,
-        ),
-        parsed=parsed,
-        stats={"lazy_hits": d.stats.lazy_hits, "full_masks": d.stats.full_masks,
-               "sparse_masks": d.stats.sparse_masks},
-        constraint_ns=d.constraint_ns,
-        tokens=d.tokens,
-        stop_sequence=d.stop_sequence,
-    )
+    return dataclasses.replace(
+        g, valid=valid, parsed=_parse(g.text, response_format) if valid else None,
+        enforced=Enforced(constraint=type(c.constraint).__name__, grammar_hash=c.grammar_hash,
+                          strict=strict, not_enforced=[dataclasses.asdict(n)
+                                                       for n in c.not_enforced],
+                          caps=c.caps))
 
 
 def _parse(text: str, response_format: Any) -> Any:
@@ -171,4 +106,4 @@ def _parse(text: str, response_format: Any) -> Any:
     return value
 
 
-__all__ = ["Enforced", "Engine", "GenerationResult", "Usage", "check_context", "to_constraint"]
+__all__ = ["Enforced", "Engine", "Generation", "Usage", "check_context", "to_constraint"]

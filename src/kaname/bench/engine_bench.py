@@ -192,8 +192,8 @@ def constrained_run(engine: Engine, case: Case, max_tokens: int) -> Run:
     t0 = time.perf_counter()
     r = engine.generate(case.prompt, case.schema, max_tokens=max_tokens)
     seconds = time.perf_counter() - t0
-    return Run(r.usage.completion_tokens, seconds, r.usage.forced_tokens, r.stats["lazy_hits"],
-               r.stats["full_masks"], r.finish_reason, r.valid)
+    return Run(r.usage.completion_tokens, seconds, r.usage.forced_tokens, r.stats.lazy_hits,
+               r.stats.full_masks, r.finish_reason, r.valid)
 
 
 def unconstrained_run(engine: Engine, case: Case, max_tokens: int) -> Run:
@@ -202,7 +202,7 @@ def unconstrained_run(engine: Engine, case: Case, max_tokens: int) -> Run:
     d = decode(engine.runtime, engine.runtime.tokenize(case.prompt), None, SamplingParams(),
                max_tokens=max_tokens)
     seconds = time.perf_counter() - t0
-    return Run(len(d.tokens), seconds, finish_reason=d.finish_reason)
+    return Run(d.usage.completion_tokens, seconds, finish_reason=d.finish_reason)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The decoding loop: mask, sample, commit, forced tokens."""
 
-from .loop import Decoded, FinishReason, decode
+from .generation import Enforced, FinishReason, Generation, Usage
+from .loop import decode
 from .replay import Replay
 from .sampling import PickStats, SamplingParams, TokenPicker
 
-__all__ = ["Decoded", "FinishReason", "PickStats", "Replay", "SamplingParams", "TokenPicker",
-           "decode"]
+__all__ = ["Enforced", "FinishReason", "Generation", "PickStats", "Replay", "SamplingParams",
+           "TokenPicker", "Usage", "decode"]

@@ -9,32 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
 
 import llguidance as llg
 
 from ..runtimes.base import Runtime
+from .generation import FinishReason, Generation, Usage
 from .masks import MaskBuffer
-from .sampling import PickStats, SamplingParams, TokenPicker, dead_end
-
-FinishReason = Literal["stop", "length"]
-
-
-@dataclass
-class Decoded:
-    """Raw result of one decoding run."""
-
-    tokens: list[int]
-    text: str
-    finish_reason: FinishReason
-    forced_tokens: int
-    stats: PickStats
-    # Per sampled token: ns spent on the constraint (pick + commit + forced), model excluded.
-    constraint_ns: list[int] = field(default_factory=list)
-    model_ns: int = 0
-    first_token_ns: int = 0
-    stop_sequence: str | None = None  # the stop string the run ended at
+from .sampling import SamplingParams, TokenPicker, dead_end
 
 
 def decode(
@@ -47,7 +28,7 @@ def decode(
     stop: Sequence[str] = (),
     lazy: bool = True,
     on_tokens: Callable[[list[int]], None] | None = None,
-) -> Decoded:
+) -> Generation:
     """Generate up to `max_tokens` tokens after `prompt`; `matcher=None` means unconstrained.
 
     `on_tokens` sees each step's new tokens (sampled + forced) as they are committed, except a
@@ -100,8 +81,8 @@ def decode(
             text_bytes += tok.decode_bytes(new)
             hit = _stop_at(text_bytes, stop)
             if hit is not None:
-                done = _done(tok, out, text_bytes[:hit[0]], "stop", forced, picker, costs,
-                             model_ns, first_token_ns)
+                done = _done(tok, prompt, out, text_bytes[:hit[0]], "stop", forced, picker,
+                             costs, model_ns, first_token_ns)
                 done.stop_sequence = hit[1]
                 return done
         if on_tokens is not None:
@@ -112,8 +93,8 @@ def decode(
         t1 = time.perf_counter_ns()
         logits = runtime.advance(new)
         model_ns += time.perf_counter_ns() - t1
-    return _done(tok, out, tok.decode_bytes(out), finish, forced, picker, costs, model_ns,
-                 first_token_ns)
+    return _done(tok, prompt, out, tok.decode_bytes(out), finish, forced, picker, costs,
+                 model_ns, first_token_ns)
 
 
 def _stop_at(text: bytes, stop: Sequence[str]) -> tuple[int, str] | None:
@@ -122,7 +103,9 @@ def _stop_at(text: bytes, stop: Sequence[str]) -> tuple[int, str] | None:
     return min(hits) if hits else None
 
 
-def _done(tok: llg.LLTokenizer, out: list[int], text: bytes, finish: FinishReason, forced: int,
-          picker: TokenPicker, costs: list[int], model_ns: int, first_token_ns: int) -> Decoded:
-    return Decoded(out, text.decode("utf-8", errors="replace"), finish, forced, picker.stats,
-                   costs, model_ns, first_token_ns)
+def _done(tok: llg.LLTokenizer, prompt: Sequence[int], out: list[int], text: bytes,
+          finish: FinishReason, forced: int, picker: TokenPicker, costs: list[int],
+          model_ns: int, first_token_ns: int) -> Generation:
+    return Generation(text.decode("utf-8", errors="replace"), finish,
+                      Usage(len(prompt), len(out), forced), tokens=out, stats=picker.stats,
+                      constraint_ns=costs, model_ns=model_ns, first_token_ns=first_token_ns)

@@ -19,12 +19,13 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
 from ..chat import TurnResult
+from ..decoding import Generation
 from ..edges import chat as chat_edge
 from ..edges.chat import ChatCompletionRequest, ChatReply
 from ..edges.common import pointer_of
 from ..edges.completions import CompletionRequest
 from ..errors import KanameError, RequestError
-from .backend import Backend, Generated
+from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching, usage
 from .config import ServerConfig
 from .errors import APIError, Shape, api_error
@@ -158,8 +159,9 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             "model": backend.model_id,
             "choices": [{"index": 0, "text": gen.text, "finish_reason": gen.finish_reason,
                          "logprobs": None,
-                         **({"token_ids": gen.token_ids} if req.return_token_ids else {})}],
-            "usage": usage(gen), "kaname": {**ext, "enforced": gen.enforced}})
+                         **({"token_ids": gen.tokens} if req.return_token_ids else {})}],
+            "usage": usage(gen),
+            "kaname": {**ext, "enforced": gen.outside_grammar is None}})
 
     return app
 
@@ -219,9 +221,9 @@ async def _stream_completion(call: Call, response_id: str, model: str, include_u
     sent = 0
     async with aclosing(generate_streamed(call)) as items:
         async for item in items:
-            if isinstance(item, Generated):
+            if isinstance(item, Generation):
                 count(metrics, item)
-                if not item.enforced:
+                if item.outside_grammar is not None:
                     yield chunk(item.text[sent:])
                 yield chunk("", item.finish_reason)
                 if include_usage:

@@ -1,6 +1,6 @@
 """What the HTTP layer needs from a source of text: the local engines or an upstream server.
 
-Both stream text to a sink on the event loop and return a `Generated`. Options that do not
+Both stream text to a sink on the event loop and return a `Generation`. Options that do not
 change per request (timeouts, the upstream's dialect, the turn's end marker) are given when a
 backend is made; `generate` takes only what a request decides.
 """
@@ -13,7 +13,7 @@ from typing import Protocol
 
 import llguidance as llg
 
-from ..engine import Usage
+from ..decoding import Generation, SamplingParams
 from ..grammar import CompiledConstraint, GrammarCompiler
 from .admission import Slot
 
@@ -25,27 +25,11 @@ TextSink = Callable[[str, list[int]], None]
 
 @dataclass
 class GenParams:
+    """What a request decides of its generation: how to pick tokens, how many, where to stop."""
+
     max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=1.0))
     stop: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Generated:
-    """What a backend generated: the text and how it ended, with the one `Usage` every
-    result carries from the decoding loop to the edges."""
-
-    text: str
-    finish_reason: str  # "stop" | "length"
-    usage: Usage
-    # False only for upstream text that left the grammar: `text` is then the raw text, and
-    # the caller decides whether it may be returned (allow_unenforced) or is a 502.
-    enforced: bool = True
-    not_enforced_reason: str | None = None
-    token_ids: list[int] | None = None  # the generated tokens, where known
-    stop_sequence: str | None = None  # the request's stop string generation ended at
 
 
 class Backend(Protocol):
@@ -67,7 +51,8 @@ class Backend(Protocol):
         ...
 
     async def generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
-                       sink: TextSink | None = None, *, slot: Slot | None = None) -> Generated:
+                       sink: TextSink | None = None, *, slot: Slot | None = None
+                       ) -> Generation:
         """Text in the language of `compiled`, streamed to `sink` as it is validated; a
         cancelled call stops its generation at the next token and frees its slot."""
         ...

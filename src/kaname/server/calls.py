@@ -9,10 +9,11 @@ from typing import Any
 
 from fastapi import Request
 
+from ..decoding import Generation, SamplingParams
 from ..errors import NotEnforcedError
 from ..grammar import CompiledConstraint
 from .admission import Slot, token_budget
-from .backend import Backend, Generated, GenParams
+from .backend import Backend, GenParams
 from .errors import APIError
 from .metrics import Metrics
 
@@ -26,15 +27,15 @@ class Call:
         self.allow_unenforced = allow_unenforced
         self.slot: Slot | None = None  # taken before a stream starts, so a full queue is a 429
 
-    async def run(self, sink: Any) -> Generated:
+    async def run(self, sink: Any) -> Generation:
         gen = await self.backend.generate(self.prompt, self.compiled, self.params, sink,
                                           slot=self.slot)
-        if not gen.enforced and not self.allow_unenforced:
-            raise NotEnforcedError(gen.not_enforced_reason or "text outside the grammar")
+        if gen.outside_grammar is not None and not self.allow_unenforced:
+            raise NotEnforcedError(gen.outside_grammar)
         return gen
 
 
-async def run_watching(request: Request, call: Call) -> Generated:
+async def run_watching(request: Request, call: Call) -> Generation:
     """Run a non-streamed generation; stop it if the client goes away meanwhile."""
     task = asyncio.create_task(call.run(None))
     while True:
@@ -47,8 +48,8 @@ async def run_watching(request: Request, call: Call) -> Generated:
 
 
 async def generate_streamed(call: Call
-                            ) -> AsyncGenerator[tuple[str, list[int]] | Generated, None]:
-    """(text, token ids) pieces as they come, then the Generated result; the generation's
+                            ) -> AsyncGenerator[tuple[str, list[int]] | Generation, None]:
+    """(text, token ids) pieces as they come, then the Generation result; the generation's
     error on failure."""
     queue: asyncio.Queue[tuple[str, list[int]] | None] = asyncio.Queue()
     task = asyncio.create_task(call.run(lambda text, ids: queue.put_nowait((text, ids))))
@@ -73,16 +74,17 @@ def budget(backend: Backend, prompt: str, asked: int | None, default: int, limit
 def gen_params(max_tokens: int, temperature: float | None, top_p: float | None,
                seed: int | None, stop: list[str]) -> GenParams:
     # Any integer is a seed (OpenAI takes negative ones); numpy wants 0 <= seed < 2**64.
-    return GenParams(max_tokens, 1.0 if temperature is None else temperature, top_p or 1.0,
-                     None if seed is None else seed % 2**64, stop)
+    return GenParams(max_tokens, SamplingParams(
+        temperature=1.0 if temperature is None else temperature, top_p=top_p or 1.0,
+        seed=None if seed is None else seed % 2**64), stop)
 
 
-def usage(gen: Generated) -> dict[str, int]:
+def usage(gen: Generation) -> dict[str, int]:
     u = gen.usage
     return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
             "total_tokens": u.prompt_tokens + u.completion_tokens}
 
 
-def count(metrics: Metrics, gen: Generated) -> None:
+def count(metrics: Metrics, gen: Generation) -> None:
     metrics.tokens.labels("prompt").inc(gen.usage.prompt_tokens)
     metrics.tokens.labels("completion").inc(gen.usage.completion_tokens)

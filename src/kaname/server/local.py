@@ -15,10 +15,11 @@ from typing import Any
 
 import llguidance as llg
 
+from ..decoding import Generation
 from ..engine import Engine
 from ..grammar import CompiledConstraint, GrammarCompiler
 from .admission import Admission, Slot
-from .backend import Generated, GenParams, TextSink
+from .backend import GenParams, TextSink
 from .errors import APIError
 from .metrics import Metrics
 
@@ -55,7 +56,8 @@ class LocalBackend:
         return await self._admission.acquire(self.request_timeout)
 
     async def generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
-                       sink: TextSink | None = None, *, slot: Slot | None = None) -> Generated:
+                       sink: TextSink | None = None, *, slot: Slot | None = None
+                       ) -> Generation:
         deadline = time.monotonic() + self.request_timeout
         slot = slot or await self.admit()
         slot.taken = True
@@ -70,10 +72,12 @@ class LocalBackend:
                 raise _Stop
             stream.push(ids)
 
-        def work():  # type: ignore[no-untyped-def]
+        def work() -> Generation:
+            s = params.sampling
             return engine.generate(prompt, compiled, max_tokens=params.max_tokens,
-                                   temperature=params.temperature, top_p=params.top_p,
-                                   seed=params.seed, stop=params.stop, on_tokens=on_tokens)
+                                   temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                                   min_p=s.min_p, seed=s.seed, stop=params.stop,
+                                   on_tokens=on_tokens)
 
         def done(f: Any) -> None:  # the slot is free only once the thread has stopped
             self._running.discard(cancel)
@@ -99,8 +103,7 @@ class LocalBackend:
         stream.flush(result.text)
         self.metrics.observe_constraint_ns(result.constraint_ns)
         self.metrics.tokens.labels("forced").inc(result.usage.forced_tokens)
-        return Generated(result.text, result.finish_reason, result.usage,
-                         token_ids=result.tokens, stop_sequence=result.stop_sequence)
+        return result
 
     async def aclose(self) -> None:
         """On shutdown (after uvicorn's grace period): stop what still runs at its next

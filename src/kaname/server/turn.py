@@ -13,18 +13,19 @@ import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from fastapi import Request
 
 from ..chat import Finish, PreparedTurn, TurnResult, new_call_id_prefix, prepare
+from ..decoding import Generation
 from ..errors import ConstraintError, FormatParseError, UnknownModelError
 from ..formats import ParsedTurn
-from ..formats.items import Delta, TextDelta, typed_deltas
+from ..formats.items import Delta, TextDelta
 from ..formats.request import TurnRequest
 from ..grammar import Lark
 from .admission import Slot
-from .backend import Backend, Generated
+from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching
 from .config import ServerConfig
 from .metrics import Metrics
@@ -44,10 +45,6 @@ class Turn:
     @property
     def request(self) -> TurnRequest:
         return self.prepared.request
-
-
-def typed(deltas: list[dict[str, Any]]) -> list[Delta]:
-    return [t for d in deltas for t in typed_deltas(d)]
 
 
 class Turns:
@@ -94,7 +91,7 @@ class Turns:
     async def complete(self, request: Request, turn: Turn) -> TurnResult:
         gen = await run_watching(request, turn.call)
         count(self.metrics, gen)
-        if not gen.enforced:  # raw upstream text, allowed by the caller and marked as such
+        if gen.outside_grammar is not None:  # raw upstream text, allowed by the caller
             return self._result(turn, gen, ParsedTurn(content=gen.text), gen.finish_reason)
         parsed, finish, cut = turn.prepared.parse(gen.text, gen.finish_reason, turn.id_prefix)
         return self._result(turn, gen, parsed, finish, cut)
@@ -105,20 +102,20 @@ class Turns:
         prepared = turn.prepared
         parser = prepared.stream_parser(turn.id_prefix)
         opening = prepared.opening
-        for delta in typed(parser.feed(opening)):  # what the prompt wrote of the turn
+        for delta in parser.feed(opening):  # what the prompt wrote of the turn
             yield delta
-        gen: Generated | None = None
+        gen: Generation | None = None
         async with aclosing(generate_streamed(turn.call)) as items:
             async for item in items:
-                if isinstance(item, Generated):
+                if isinstance(item, Generation):
                     gen = item
                     break
-                for delta in typed(parser.feed(item[0])):
+                for delta in parser.feed(item[0]):
                     yield delta
         if gen is None:  # pragma: no cover - generate_streamed ends with the result or raises
             raise RuntimeError("generation ended without a result")
         count(self.metrics, gen)
-        if not gen.enforced:
+        if gen.outside_grammar is not None:
             rest = (opening + gen.text)[len(parser.text):]
             if rest:
                 yield TextDelta("content", rest)
@@ -133,30 +130,30 @@ class Turns:
                     raise
                 parsed, deltas = prepared.parse(gen.text, "stop", turn.id_prefix)[0], []
                 cut = True
-            for delta in typed(deltas):
+            for delta in deltas:
                 yield delta
             finish = "tool_calls" if parsed.tool_calls else "stop"
         else:
             parsed, finish, _ = prepared.parse(gen.text, "length", turn.id_prefix)
         yield self._result(turn, gen, parsed, finish, cut)
 
-    def _result(self, turn: Turn, gen: Generated, parsed: ParsedTurn, finish: str,
+    def _result(self, turn: Turn, gen: Generation, parsed: ParsedTurn, finish: str,
                 cut: bool = False) -> TurnResult:
         ended = cast(Finish, finish)
         served = turn.call.params.max_tokens
         report = turn.prepared.report(
-            parsed, ended, enforced=gen.enforced, not_enforced_reason=gen.not_enforced_reason,
+            parsed, ended, enforced=gen.outside_grammar is None,
+            not_enforced_reason=gen.outside_grammar,
             grammar_hash=turn.call.compiled.grammar_hash,
             budget={"asked": turn.asked_tokens, "served": served},
             reasoning_tokens=self._reasoning_tokens(parsed, gen))
         stop = turn.call.params.stop
         sequence = gen.stop_sequence if gen.stop_sequence is not None \
             else stop[0] if cut and len(stop) == 1 else None
-        return TurnResult(parsed, ended,
-                          gen.usage,
-                          report, gen.text, sequence, gen.stop_sequence is not None or cut)
+        return TurnResult(parsed, ended, gen, report, sequence,
+                          gen.stop_sequence is not None or cut)
 
-    def _reasoning_tokens(self, parsed: ParsedTurn, gen: Generated) -> int:
+    def _reasoning_tokens(self, parsed: ParsedTurn, gen: Generation) -> int:
         """The reasoning's length in tokens, counted by tokenizing its text again (the decoder
         does not split its count by part), never more than what was generated."""
         text = parsed.reasoning_content or ""

@@ -3,7 +3,7 @@ backend, SGLang with llguidance, or another kaname), replayed through kaname's o
 
 The upstream gets `{upstream}/completions` with the prompt and the compiled constraint's Lark
 text, the same bytes the replay's matcher was built from. Only text the replay accepts reaches
-the sink; text that leaves the grammar comes back with `enforced=False`.
+the sink; text that leaves the grammar comes back with `outside_grammar` saying why.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import llguidance as llg
 
+from ..decoding import Generation, Usage
 from ..decoding.replay import Replay
-from ..engine import Usage
 from ..errors import ModelError, NotEnforcedError
 from ..grammar import CompiledConstraint, GrammarCompiler
 from .admission import Admission, Slot
-from .backend import Generated, GenParams, TextSink
+from .backend import GenParams, TextSink
 from .errors import APIError
 from .metrics import Metrics
 
@@ -74,7 +74,7 @@ class UpstreamBackend:
         return len(self.tokenizer.tokenize_str(prompt, parse_special=True))
 
     async def generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
-                       sink: TextSink | None = None, *, slot: Slot | None = None) -> Generated:
+                       sink: TextSink | None = None, *, slot: Slot | None = None) -> Generation:
         slot = slot or await self.admit()
         slot.taken = True
         try:
@@ -96,10 +96,11 @@ class UpstreamBackend:
         return await self._admission.acquire(self.request_timeout)
 
     async def _generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
-                        sink: TextSink | None) -> Generated:
+                        sink: TextSink | None) -> Generation:
         body: dict[str, Any] = {
             "model": self.upstream_model, "prompt": prompt, "max_tokens": params.max_tokens,
-            "temperature": params.temperature, "top_p": params.top_p, "stream": True,
+            "temperature": params.sampling.temperature, "top_p": params.sampling.top_p,
+            "stream": True,
             "stream_options": {"include_usage": True},
             # the format's markers are special tokens: they must come back as text
             "skip_special_tokens": False, "spaces_between_special_tokens": False,
@@ -110,8 +111,12 @@ class UpstreamBackend:
             body["structured_outputs"] = {"grammar": compiled.grammar}
             # the generated token ids (vLLM >= 0.10.2): the replay checks those very tokens
             body["return_token_ids"] = True
-        if params.seed is not None:
-            body["seed"] = params.seed
+        if params.sampling.top_k:
+            body["top_k"] = params.sampling.top_k
+        if params.sampling.min_p:
+            body["min_p"] = params.sampling.min_p
+        if params.sampling.seed is not None:
+            body["seed"] = params.sampling.seed
         if params.stop:
             body["stop"] = params.stop
         replay = Replay(compiled, self.tokenizer)
@@ -182,10 +187,10 @@ class UpstreamBackend:
         # which stop string, only where the upstream says (the turn knows more: turn.py)
         named = stop_reason if isinstance(stop_reason, str) and stop_reason in params.stop \
             else None
-        return Generated(text, finish, Usage(prompt_tokens, completion_tokens, 0),
-                         enforced=unenforced is None, not_enforced_reason=unenforced,
-                         token_ids=replay.tokens if replay.exact else None,
-                         stop_sequence=named if finish == "stop" else None)
+        return Generation(text, finish, Usage(prompt_tokens, completion_tokens, 0),
+                          tokens=replay.tokens if replay.exact else None,
+                          stop_sequence=named if finish == "stop" else None,
+                          outside_grammar=unenforced)
 
     async def aclose(self) -> None:
         await self._client.aclose()
