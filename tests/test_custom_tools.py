@@ -15,6 +15,7 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streaming import merge_chat_chunks
 
 from kaname.decoding import SamplingParams, decode
 from kaname.errors import ConstraintError
@@ -296,7 +297,7 @@ def test_chat_custom_tool_call_through_the_sdk(client):
             {"id": call.id, "name": "calc", "valid": True}]
         streamed = _chat(client, seed, stream=True)
         deltas = [c.to_dict()["choices"][0]["delta"] for c in streamed if c.choices]
-        merged = merge_deltas([d for d in deltas if d])
+        merged = merge_chat_chunks([d for d in deltas if d])
         (got,) = merged["tool_calls"]  # ids are per request
         assert (got["type"], got["custom"]) == ("custom", call.to_dict()["custom"])
 

@@ -26,6 +26,7 @@ from kaname.formats import (
     render_prompt,
     tools_from_openai,
 )
+from kaname.formats.items import CallDelta
 from kaname.formats.tool_checks import check_tools, not_enforced
 from kaname.grammar import GrammarCompiler, Guards, JsonSchema, Lark
 from kaname.runtimes.random_logits import RandomLogitsRuntime
@@ -609,8 +610,7 @@ def test_json_layout_arguments_stream_as_they_are_written(name):
     sp = StreamParser(fmt)
     deltas = [d for i in range(0, len(text), 4) for d in sp.feed(text[i:i + 4])]
     turn, rest = sp.finish()
-    fragments = [tc["function"]["arguments"] for d in deltas + rest
-                 for tc in d.get("tool_calls", []) if "id" not in tc]
+    fragments = [d.fragment for d in deltas + rest if isinstance(d, CallDelta) and d.id is None]
     assert len(fragments) > 3
     assert "".join(fragments) == turn.tool_calls[0].arguments == args
 

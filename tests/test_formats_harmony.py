@@ -20,6 +20,7 @@ from kaname.formats import (
     parse,
     render_assistant,
 )
+from kaname.formats.items import CallDelta, TextDelta
 from kaname.grammar import GrammarCompiler, Guards, Lark
 from kaname.runtimes.synthetic import synthetic_tokenizer
 
@@ -254,7 +255,7 @@ def test_partial_text_waits_where_the_channel_is_undecided():
         assert StreamParser(FMT, tools=TOOLS).feed(cut) == [], cut
     sp = StreamParser(FMT, tools=TOOLS)
     deltas = sp.feed(PREAMBLE[:-len("<|start|>assistant")])
-    assert deltas == [{"content": PREAMBLE_TEXT}]
+    assert deltas == [TextDelta("content", PREAMBLE_TEXT)]
     deltas = sp.feed("<|start|>assistant<|channel|>commentary to=functions.get_weather json"
                      "<|message|>{")
-    assert deltas[0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert isinstance(deltas[0], CallDelta) and deltas[0].name == "get_weather"

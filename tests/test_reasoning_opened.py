@@ -9,6 +9,7 @@ import json
 import random
 
 import pytest
+from streaming import merge_chat_chunks
 
 from kaname.chat import opened_by, prepare_turn
 from kaname.decoding import SamplingParams, decode
@@ -155,7 +156,7 @@ def test_through_the_server_streamed_and_not():
             chunks = c.chat.completions.create(model="random", messages=ASK, max_tokens=200,
                                                seed=seed, temperature=1.0, stream=True)
             deltas = [ch.choices[0].delta.to_dict() for ch in chunks if ch.choices]
-            merged = merge_deltas([d for d in deltas if d])
+            merged = merge_chat_chunks([d for d in deltas if d])
             # the stream's first chunk carries content "" (OpenAI's role chunk)
             assert (merged["reasoning_content"], merged["content"] or None) == (
                 reasoning, message.content)

@@ -23,7 +23,6 @@ from ..chat import TurnResult
 from ..errors import RequestError
 from ..formats import ParsedTurn, items
 from ..formats.items import Delta, TextDelta
-from ..formats.parser import ToolCall as ParsedCall
 from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import JsonSchema
 from .common import KanameOptions, Loose, extras, read, sampling
@@ -457,7 +456,8 @@ class MessageReply:
         if turn.content:
             blocks.append({"type": "text", "text": turn.content})
         for call in turn.tool_calls:
-            blocks.append(_tool_use(call.id, call.name, _arguments(call)))
+            # (Messages tools are all JSON tools: no custom call comes back here)
+            blocks.append(_tool_use(call.id, call.name, call.arguments))
         return blocks
 
     def delta(self, result: TurnResult) -> list[dict[str, Any]]:
@@ -466,10 +466,6 @@ class MessageReply:
                  "delta": {"stop_reason": reason, "stop_sequence": sequence},
                  "usage": usage(result), "kaname": result.report},
                 {"type": "message_stop"}]
-
-
-def _arguments(call: ParsedCall) -> str:
-    return json.dumps({"input": call.input}) if call.custom else call.arguments
 
 
 class BlockEvents:

@@ -162,20 +162,3 @@ class CallDelta:
 
 
 Delta = TextDelta | CallDelta
-
-
-def typed_deltas(delta: dict[str, Any]) -> list[Delta]:
-    """The stream parser's delta (`formats.parser.StreamParser`, written in the shape of
-    OpenAI's chat deltas) as typed deltas: read here once, so that no edge but chat
-    completions' knows that shape."""
-    out: list[Delta] = []
-    if delta.get("reasoning_content"):
-        out.append(TextDelta("reasoning", delta["reasoning_content"]))
-    if delta.get("content"):
-        out.append(TextDelta("content", delta["content"]))
-    for call in delta.get("tool_calls") or ():
-        custom = call.get("type") == "custom" or "custom" in call
-        inner = call.get("custom" if custom else "function") or {}
-        out.append(CallDelta(call["index"], inner.get("input" if custom else "arguments")
-                             or "", call.get("id"), inner.get("name"), custom))
-    return out

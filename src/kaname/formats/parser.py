@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import FormatParseError
 from . import keyed
+from .items import CallDelta, Delta, TextDelta
 from .request import CUSTOM_INPUT, Tool
 from .spec import ChatFormat, ToolCallSyntax
 
@@ -817,12 +818,9 @@ def parse(fmt: ChatFormat, text: str, *, id_prefix: str = "call_",
 
 
 class StreamParser:
-    """Feed text chunks, get OpenAI-style deltas; `finish()` closes the turn.
-
-    Deltas: {"reasoning_content": str} | {"content": str} |
-    {"tool_calls": [{"index", "id", "type", "function": {"name", "arguments"}}]} (first sight of
-    a call) | {"tool_calls": [{"index", "function": {"arguments": fragment}}]}.
-    """
+    """Feed text chunks, get typed deltas (`items.TextDelta`, `items.CallDelta`: a call's
+    first sight carries its id and name) as they become final; `finish()` closes the turn.
+    The deltas add up to the parsed turn."""
 
     def __init__(self, fmt: ChatFormat, *, id_prefix: str = "call_",
                  tools: Sequence[Tool] | None = None, json_content: bool = False):
@@ -836,40 +834,36 @@ class StreamParser:
         self._content = 0
         self._calls: list[int] = []  # argument characters emitted per call
 
-    def feed(self, chunk: str) -> list[dict[str, Any]]:
+    def feed(self, chunk: str) -> list[Delta]:
         self.text += chunk
         return self._diff(_scan(self.fmt, self.text, True, self.id_prefix, self._tool_map,
                                 self.json_content))
 
-    def finish(self) -> tuple[ParsedTurn, list[dict[str, Any]]]:
+    def finish(self) -> tuple[ParsedTurn, list[Delta]]:
         turn = parse(self.fmt, self.text, id_prefix=self.id_prefix, tools=self.tools,
                      json_content=self.json_content)
         return turn, self._diff(turn)
 
-    def _diff(self, turn: ParsedTurn) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _diff(self, turn: ParsedTurn) -> list[Delta]:
+        out: list[Delta] = []
         if turn.reasoning_content and len(turn.reasoning_content) > self._reasoning:
-            out.append({"reasoning_content": turn.reasoning_content[self._reasoning:]})
+            out.append(TextDelta("reasoning", turn.reasoning_content[self._reasoning:]))
             self._reasoning = len(turn.reasoning_content)
         if turn.content and len(turn.content) > self._content:
-            out.append({"content": turn.content[self._content:]})
+            out.append(TextDelta("content", turn.content[self._content:]))
             self._content = len(turn.content)
         for call in turn.tool_calls:
-            kind = "custom" if call.custom else "function"
             if call.index >= len(self._calls):
                 self._calls.append(0)
-                first = {"name": call.name, "input" if call.custom else "arguments": ""}
-                out.append({"tool_calls": [{"index": call.index, "id": call.id, "type": kind,
-                                            kind: first}]})
+                out.append(CallDelta(call.index, "", call.id, call.name, call.custom))
             sent = self._calls[call.index]
             if call.custom:  # the input as decoded so far, not the JSON carrying it
-                key = "input"
                 text = call.input if _complete_json(call.arguments) \
                     else custom_input_prefix(call.arguments)
             else:
-                text, key = call.arguments, "arguments"
+                text = call.arguments
             if len(text) > sent:
-                out.append({"tool_calls": [{"index": call.index, kind: {key: text[sent:]}}]})
+                out.append(CallDelta(call.index, text[sent:], custom=call.custom))
                 self._calls[call.index] = len(text)
         return out
 
@@ -882,22 +876,23 @@ def _complete_json(text: str) -> bool:
     return True
 
 
-def merge_deltas(deltas: list[dict[str, Any]]) -> dict[str, Any]:
-    """Reassemble a message from deltas, as an OpenAI client does."""
+def merge_deltas(deltas: Sequence[Delta]) -> dict[str, Any]:
+    """Reassemble a message from typed deltas in chat completions' shape, as an OpenAI client
+    does from the chunks the chat edge makes of them (for tests and tools)."""
     msg: dict[str, Any] = {"reasoning_content": None, "content": None, "tool_calls": []}
     for d in deltas:
-        for key in ("reasoning_content", "content"):
-            if key in d:
-                msg[key] = (msg[key] or "") + d[key]
-        for tc in d.get("tool_calls", []):
-            calls = msg["tool_calls"]
-            if tc["index"] == len(calls):
-                kind = tc.get("type", "function")
-                calls.append({"id": tc["id"], "type": kind, kind: {
-                    "name": tc[kind]["name"], "input" if kind == "custom" else "arguments": ""}})
-            call = calls[tc["index"]]
-            if call["type"] == "custom":
-                call["custom"]["input"] += tc.get("custom", {}).get("input", "")
-            else:
-                call["function"]["arguments"] += tc["function"].get("arguments", "")
+        if isinstance(d, TextDelta):
+            key = "reasoning_content" if d.kind == "reasoning" else "content"
+            msg[key] = (msg[key] or "") + d.text
+            continue
+        calls = msg["tool_calls"]
+        if d.index == len(calls):
+            kind = "custom" if d.custom else "function"
+            calls.append({"id": d.id, "type": kind, kind: {
+                "name": d.name, "input" if d.custom else "arguments": ""}})
+        call = calls[d.index]
+        if call["type"] == "custom":
+            call["custom"]["input"] += d.fragment
+        else:
+            call["function"]["arguments"] += d.fragment
     return msg
