@@ -155,11 +155,12 @@ class TokenPicker:
 
 
 def dead_end(matcher: llg.LLMatcher) -> Exception:
-    from ..errors import GrammarTooComplexError, KanameError
+    from ..errors import KanameError
+    from ..grammar.compiler import limit_error
 
     message = matcher.get_error().split("\n<")[0].strip()  # drop the state dump
-    lowered = message.lower()
-    if any(k in lowered for k in ("too complex", "fuel", "limit", "too many", "lexer error")):
-        return GrammarTooComplexError(f"grammar hit a parser limit while decoding: {message}")
+    too_large = limit_error(message, "grammar")
+    if too_large is not None:
+        return too_large
     return KanameError(f"the grammar failed while decoding (internal error): "
                        f"{message or 'no token allowed'}")

@@ -38,7 +38,48 @@ T = TypeVar("T")
 
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
-_TOO_COMPLEX = ("too complex", "fuel", "limit", "TooComplex", "too many", "too large")
+# llguidance's limits (LLParserLimits), as its messages name them, and what each means for
+# the constraint that hit it: the one place that reads them, at compile time and while
+# decoding (`limit_error`).
+_LIMITS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), meaning) for pattern, meaning in (
+        (r"grammar size \(number of symbols\) too big",
+         "the grammar has too many symbols (max_grammar_size)"),
+        (r"initial lexer configuration \(grammar\) too big",
+         "the lexer's first state costs too much to build: too many or too large tokens, "
+         "regexes or options (initial_lexer_fuel)"),
+        (r"Current row has \d+ items; max is \d+",
+         "too many alternatives are open at one point of the text: a long list of rule "
+         "alternatives, or deep right recursion (max_items_in_row)"),
+        (r"Too many items \(limit",
+         "one step of the parser costs too much: deep nesting or many short alternatives "
+         "(step_max_items)"),
+        (r"too many states",
+         "the lexer's regexes need too many states: large or many regexes, string sets or "
+         "repetition counts (max_lexer_states)"),
+        (r"too many expressions constructed|lex fuel|derivatives with total fuel",
+         "one step of the lexer costs too much: large or many regexes (step_lexer_fuel)"),
+        (r"fuel exhausted|relevance check fuel|DNF too large",
+         "the grammar's tokens cost too much to analyse (lexer fuel)"),
+        (r"schema too large|is too large; must be <=",
+         "the constraint exceeds a size limit of the grammar engine"),
+        (r"too complex|TooComplex|too many|too large|limit|lexer error",
+         "the grammar exceeds a limit of the grammar engine"),
+    ))
+
+
+def limit_error(message: str, what: str = "constraint") -> GrammarTooComplexError | None:
+    """The 400 for llguidance `message` where it says a parser limit was hit, naming the limit
+    and what it means for `what` ("choice", "schema", "grammar"...); None for other errors.
+    The error has no pointer: whoever knows where the constraint sat in a request moves it
+    there (`ConstraintError.at`)."""
+    line = _first_line(message)
+    for pattern, meaning in _LIMITS:
+        if pattern.search(line):
+            return GrammarTooComplexError(
+                f"{what} is too costly for the grammar engine: {meaning}; "
+                f"simplify it (llguidance: {line})")
+    return None
 
 
 @dataclass(frozen=True)
@@ -264,9 +305,7 @@ class GrammarCompiler:
                                                       limits=self.limits))
         if matcher.is_error():
             message = _first_line(matcher.get_error())
-            if any(k in message for k in _TOO_COMPLEX):
-                raise GrammarTooComplexError(f"{what} is too costly to compile: {message}")
-            raise error(f"invalid {what}: {message}")
+            raise limit_error(message, what) or error(f"invalid {what}: {message}")
         # A grammar can compile and still match no text at all (`start: a`, `a: a`, or a
         # schema that only refers to itself): the first mask is then empty.
         # (A matcher of its own: a deep copy shares the lexer, whose expression budget the
@@ -276,8 +315,9 @@ class GrammarCompiler:
         _on_big_stack(probe.compute_bitmask)
         if probe.is_error():
             message = _first_line(probe.get_error())
-            if any(k in message for k in _TOO_COMPLEX):
-                raise GrammarTooComplexError(f"{what} is too costly to compile: {message}")
+            too_large = limit_error(message, what)
+            if too_large is not None:
+                raise too_large
             raise error(f"{what} matches no text (llguidance: "
                         f"{message.splitlines()[0] if message else 'empty mask'})")
         digest = hashlib.sha256(lark.encode()).hexdigest()[:16]
@@ -344,8 +384,9 @@ def _schema_error(message: str, schema: Any) -> ConstraintError:
     if "does not exist" in message and "Pointer" in message:
         return InvalidSchemaError(f"schema has a dangling $ref: {message}", keyword="$ref",
                                   pointer=_first(keyword_pointers(schema, "$ref")))
-    if any(k in message for k in _TOO_COMPLEX):
-        return GrammarTooComplexError(f"schema is too costly to compile: {message}")
+    too_large = limit_error(message, "schema")
+    if too_large is not None:
+        return too_large
     for needle, keyword in _LIMITATIONS:
         if needle in message:
             pointer = (where.group(1) + "/" + keyword if where else
