@@ -126,7 +126,7 @@ def compiler() -> GrammarCompiler:
 def test_upstream_gets_the_local_grammar(kind, upstream, recorder, proxy, compiler):
     body = {"model": "random", "prompt": "go", "max_tokens": 200, "temperature": 0,
             **REQUESTS[kind]}
-    local = compiler.compile(CompletionRequest(**body).constraint())
+    local = compiler.compile(CompletionRequest(**body).constraint()[0])
     via_proxy = httpx.post(proxy.url + "/v1/completions", json=body, timeout=120)
     assert via_proxy.status_code == 200, via_proxy.text
     sent = recorder.requests[-1]

@@ -16,7 +16,28 @@ from ..chat import TurnResult
 from ..errors import RequestError
 from ..formats import items
 from ..formats.request import ReasoningAsk, Tool, TurnRequest
-from .common import Loose, SamplingFields, custom_tool, extras, read, sampling
+from .common import (
+    Loose,
+    OpenAIToolName,
+    Refused,
+    SamplingFields,
+    custom_tool,
+    extras,
+    read,
+    refuse,
+    sampling,
+)
+
+# Fields that would change what the client gets back, which kaname does not serve (README,
+# "Field policy"): a 400 naming them, unless they ask for nothing.
+REFUSED = (
+    Refused("n", "several choices are not served; send n requests", (None, 1)),
+    Refused("logprobs", "log probabilities are not returned by this server"),
+    Refused("top_logprobs", "log probabilities are not returned by this server", (None, 0)),
+    Refused("logit_bias", "token biases are not applied by this server", (None, {})),
+    Refused("modalities", "this server's model answers in text only", (None, ["text"])),
+    Refused("audio", "this server's model answers in text only", (None,)),
+)
 
 
 class FunctionCall(Loose):
@@ -54,7 +75,7 @@ class ChatMessage(Loose):
 
 
 class FunctionDef(Loose):
-    name: str = Field(min_length=1, max_length=256)
+    name: OpenAIToolName
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
@@ -82,7 +103,7 @@ class CustomFormat(Loose):
 
 
 class CustomDef(Loose):
-    name: str = Field(min_length=1, max_length=256)
+    name: OpenAIToolName
     description: str | None = None
     format: CustomFormat | None = None
 
@@ -164,9 +185,7 @@ def turn_from_chat(body: Mapping[str, Any]) -> TurnRequest:
 
 
 def to_turn(req: ChatCompletionRequest) -> TurnRequest:
-    if req.n is not None and req.n > 1:
-        raise RequestError("n > 1 is not supported; send n requests", pointer="/n",
-                           code="unsupported_parameter")
+    refuse(req, REFUSED)
     tools = tuple(_tool(t, i) for i, t in enumerate(req.tools or ()))
     choice, allowed = _tool_choice(req, tools)
     ignored = [*extras(req), *(i for k, m in enumerate(req.messages)

@@ -1,14 +1,24 @@
 """What every edge reads the same way: kaname's own request options, sampling, the field
-policy's "ignored" list, and pydantic errors as a pointer into the body that was sent."""
+policy's "ignored" list and its refused fields, the checks every body passes (valid Unicode,
+tool names as the real APIs allow them), and pydantic errors as a pointer into the body that
+was sent."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from ..errors import RequestError
 from ..formats.request import CUSTOM_INPUT, Ignored, Sampling, Tool
@@ -22,6 +32,101 @@ class Loose(BaseModel):
     edge can list them in `kaname.ignored`, never refuse them."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# Tool names as the real APIs validate them: OpenAI's (chat and Responses function and custom
+# tools, namespaces) and Anthropic's Messages API (its answer to a bad name: "tools.16.custom.
+# name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'"). A name is echoed into
+# tool_calls and into prompts: NUL, newlines or escapes there are never a tool's name.
+OPENAI_TOOL_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+ANTHROPIC_TOOL_NAME = r"^[a-zA-Z0-9_-]{1,128}$"
+OpenAIToolName = Annotated[str, Field(pattern=OPENAI_TOOL_NAME)]
+AnthropicToolName = Annotated[str, Field(pattern=ANTHROPIC_TOOL_NAME)]
+
+
+def check_tool_name(name: Any, at: str) -> str:
+    """`name` (at the pointer `at`) where it is an OpenAI tool name; a 400 otherwise (for
+    bodies read by hand rather than by a pydantic model)."""
+    if not isinstance(name, str) or not re.fullmatch(OPENAI_TOOL_NAME.strip("^$"), name):
+        raise RequestError(f"a tool name matches the pattern '{OPENAI_TOOL_NAME}'",
+                           pointer=at)
+    return name
+
+
+def escape_pointer(step: str | int) -> str:
+    """One step of a JSON pointer (RFC 6901)."""
+    return str(step).replace("~", "~0").replace("/", "~1")
+
+
+def lone_surrogate(body: Any) -> tuple[str, str] | None:
+    """(pointer, what) of the first string in `body` (keys included) holding a lone UTF-16
+    surrogate (`"\\ud800"` is valid JSON, but not Unicode text a tokenizer can read); None
+    where there is none. One walk over the whole body, iterative (no depth limit)."""
+    stack: list[tuple[Any, str]] = [(body, "")]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, str):
+            if _has_surrogate(node):
+                return at or "/", "the string"
+        elif isinstance(node, Mapping):
+            entries = list(node.items())
+            for key, _ in entries:
+                if isinstance(key, str) and _has_surrogate(key):
+                    return at or "/", "a key of the object"
+            stack += [(value, f"{at}/{escape_pointer(key)}") for key, value in
+                      reversed(entries)]
+        elif isinstance(node, list):
+            stack += [(value, f"{at}/{i}") for i, value in reversed(list(enumerate(node)))]
+    return None
+
+
+def _has_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+class Refused:
+    """A field the API defines whose meaning kaname cannot serve and that would change what
+    the client gets back (logprobs, several choices, an echoed prompt...): a 400
+    `unsupported_parameter` naming it, unless its value is one that asks for nothing."""
+
+    def __init__(self, name: str, why: str, fine: tuple[Any, ...] = (None, False)):
+        self.name, self.why, self.fine = name, why, fine
+
+    def check(self, body: BaseModel, at: str = "") -> None:
+        value = getattr(body, self.name, None)  # declared, or kept as an extra
+        if not any(value is f or (type(value) is type(f) and value == f) for f in self.fine):
+            raise RequestError(self.why, pointer=f"{at}/{self.name}",
+                               code="unsupported_parameter")
+
+
+def refuse(body: BaseModel, refused: Sequence[Refused], at: str = "") -> None:
+    """A 400 for the first field of `refused` that `body` sets to something kaname cannot
+    serve."""
+    for r in refused:
+        r.check(body, at)
+
+
+class RequestBody(Loose):
+    """A whole request body (every API's): its text must be Unicode (no lone surrogates),
+    checked once, before any field is read."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode(cls, data: Any) -> Any:
+        found = lone_surrogate(data)
+        if found is not None:
+            pointer, what = found
+            raise PydanticCustomError(
+                "lone_surrogate", "{what} at {pointer} holds a lone UTF-16 surrogate (an "
+                "unpaired \\ud800-\\udfff escape), which is not Unicode text; send valid text",
+                {"pointer": pointer, "what": what.capitalize()})
+        return data
 
 
 class GuardsIn(BaseModel):
@@ -67,7 +172,7 @@ class StreamOptions(Loose):
     include_usage: bool = False
 
 
-class SamplingFields(Loose):
+class SamplingFields(RequestBody):
     """What OpenAI's chat and (legacy) completions requests share: model, budget, sampling,
     streaming, and kaname's own options."""
 
@@ -89,9 +194,20 @@ def read(model: type[M], raw: Any, at: str = "") -> M:
         return model.model_validate(raw)
     except ValidationError as e:
         first = e.errors()[0]
-        pointer = at + (pointer_of(first.get("loc", ()), raw) or "")
+        pointer = at + (error_pointer(first, raw) or "")
         message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+        if pointer and pointer in message:
+            raise RequestError(message, pointer=pointer) from None
         raise RequestError(f"{message} at {pointer or '/'}", pointer=pointer or None) from None
+
+
+def error_pointer(error: Mapping[str, Any], body: Any) -> str | None:
+    """The JSON pointer of one pydantic error into `body`: the one a check named itself (its
+    context's `pointer`), else where the error's location leads."""
+    named = (error.get("ctx") or {}).get("pointer")
+    if isinstance(named, str):
+        return named
+    return pointer_of(error.get("loc", ()), body)
 
 
 _TYPE_TAGS = {"str", "int", "float", "bool", "list", "dict", "none"}  # pydantic's union tags
@@ -117,7 +233,7 @@ def pointer_of(loc: Sequence[Any], body: Any) -> str | None:
             continue
         else:
             break
-        parts.append(str(step).replace("~", "~0").replace("/", "~1"))
+        parts.append(escape_pointer(step))
     return "/" + "/".join(parts) if parts else None
 
 

@@ -11,7 +11,19 @@ from pydantic import BaseModel, Field
 from ..errors import ConstraintError, RequestError
 from ..grammar import Constraint, to_constraint
 from .chat import ResponseFormat
-from .common import Loose, SamplingFields
+from .common import Loose, Refused, SamplingFields, refuse
+
+# Fields that would change what the client gets back, which kaname does not serve (README,
+# "Field policy"): a 400 naming them, unless they ask for nothing.
+REFUSED = (
+    Refused("n", "several choices are not served; send n requests", (None, 1)),
+    Refused("best_of", "several candidates are not generated; leave best_of unset or 1",
+            (None, 1)),
+    Refused("echo", "the prompt is not echoed back by this server"),
+    Refused("suffix", "insertion (text after the completion) is not supported", (None, "")),
+    Refused("logprobs", "log probabilities are not returned by this server"),
+    Refused("logit_bias", "token biases are not applied by this server", (None, {})),
+)
 
 
 class StructuredOutputs(Loose):
@@ -39,6 +51,10 @@ class CompletionRequest(SamplingFields):
     return_token_ids: bool = False
     allow_unenforced: bool = False
 
+    def refuse(self) -> None:
+        """A 400 naming the first field set to something kaname does not serve."""
+        refuse(self, REFUSED)
+
     def prompt_text(self) -> str:
         if isinstance(self.prompt, str):
             return self.prompt
@@ -46,10 +62,10 @@ class CompletionRequest(SamplingFields):
             raise RequestError("exactly one prompt per request", pointer="/prompt")
         return self.prompt[0]
 
-    def constraint(self) -> Constraint:
+    def constraint(self) -> tuple[Constraint, str]:
         """The one constraint this request gives, in whichever spelling it uses (OpenAI's
-        response_format, vLLM's structured_outputs or guided_*, SGLang's ebnf); errors point
-        at the field it came from."""
+        response_format, vLLM's structured_outputs or guided_*, SGLang's ebnf), and the
+        pointer of the field it came from ("" where none is given); errors point there."""
         given: list[tuple[str, Any]] = []
         rf = self.response_format
         if rf is not None:
@@ -75,9 +91,9 @@ class CompletionRequest(SamplingFields):
             raise ConstraintError("give one constraint: " + ", ".join(n for n, _ in given),
                                   pointer=f"/{given[1][0]}")
         if not given:
-            return to_constraint(None)
+            return to_constraint(None), ""
         name, value = given[0]
         try:
-            return to_constraint(value)
+            return to_constraint(value), f"/{name}"
         except ConstraintError as e:
             raise e.at(f"/{name}") from e

@@ -25,7 +25,7 @@ from ..formats import ParsedTurn, items
 from ..formats.items import Delta, TextDelta
 from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import JsonSchema
-from .common import KanameOptions, Loose, extras, read, sampling
+from .common import AnthropicToolName, KanameOptions, Loose, RequestBody, extras, read, sampling
 
 
 def _as_blocks(value: Any) -> Any:
@@ -81,7 +81,7 @@ class ToolIn(Loose):
     them."""
 
     type: Literal["custom"] | None = None
-    name: str = Field(min_length=1, max_length=256)
+    name: AnthropicToolName
     description: str | None = None
     input_schema: dict[str, Any]
     strict: bool | None = None
@@ -147,7 +147,7 @@ class OutputConfigIn(Loose):
     effort: str | None = None  # accepted, ignored (reported in kaname.ignored)
 
 
-class CountTokensRequest(Loose):
+class CountTokensRequest(RequestBody):
     """`POST /v1/messages/count_tokens`: a Messages request without max_tokens."""
 
     model: str

@@ -29,7 +29,16 @@ from ..formats import ParsedTurn, items
 from ..formats.items import CallDelta, Delta, TextDelta
 from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import Constraint, from_response_format
-from .common import KanameOptions, Loose, custom_tool, extras, sampling
+from .common import (
+    KanameOptions,
+    Refused,
+    RequestBody,
+    check_tool_name,
+    custom_tool,
+    extras,
+    refuse,
+    sampling,
+)
 
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _TOOL_CHOICES = ("none", "auto", "required")
@@ -44,7 +53,18 @@ ORIGINS = Origins(messages="/input", tools="/tools", tool_choice="/tool_choice",
                   max_reasoning_tokens="/max_reasoning_tokens", max_tokens="/max_output_tokens")
 
 
-class ResponsesRequest(Loose):
+# Fields whose meaning kaname cannot serve and that would change the answer silently: a 400
+# naming them, unless they ask for nothing (README, "Field policy").
+REFUSED = (
+    Refused("background", "background responses are not supported"),
+    Refused("conversation", "conversations are not supported; use previous_response_id",
+            (None,)),
+    Refused("prompt", "prompt templates are not supported", (None,)),
+    Refused("top_logprobs", "log probabilities are not returned by this server", (None, 0)),
+)
+
+
+class ResponsesRequest(RequestBody):
     """The body of `POST /v1/responses`. Fields the API defines that kaname does not read are
     kept (extra) and listed in `kaname.ignored`."""
 
@@ -90,16 +110,7 @@ class ResponsesRequest(Loose):
     def refuse(self) -> None:
         """A 400 for a field whose meaning kaname cannot serve and would otherwise change the
         answer silently."""
-        refused = (
-            ("background", self.background, "background responses are not supported"),
-            ("conversation", self.conversation, "conversations are not supported; use "
-                                                "previous_response_id"),
-            ("prompt", self.prompt, "prompt templates are not supported"),
-            ("top_logprobs", self.top_logprobs, "logprobs are not supported"),
-        )
-        for name, value, why in refused:
-            if value not in (None, False, 0, []):
-                raise _unsupported(why, f"/{name}")
+        refuse(self, REFUSED)
         for i, inc in enumerate(self.include or ()):
             if inc == "message.output_text.logprobs":
                 raise _unsupported("logprobs are not supported", f"/include/{i}")
@@ -322,7 +333,7 @@ def _tools(tool: Any, at: str, ignored: list[Ignored], namespace: str | None = N
         inner = tool.get("tools")
         if not isinstance(inner, list):
             raise _bad("a namespace tool lists its tools", f"{at}/tools")
-        ns = _name(tool, at)
+        ns = check_tool_name(tool.get("name"), f"{at}/name")
         return [t for j, sub in enumerate(inner)
                 for t in _tools(sub, f"{at}/tools/{j}", ignored, ns)]
     if not isinstance(kind, str):
@@ -336,7 +347,7 @@ def _tools(tool: Any, at: str, ignored: list[Ignored], namespace: str | None = N
 def _function(tool: Mapping[str, Any], at: str, ignored: list[Ignored],
               namespace: str | None) -> Tool:
     name = "tool_search" if tool.get("type") == "tool_search" and "name" not in tool \
-        else _name(tool, at)
+        else check_tool_name(tool.get("name"), f"{at}/name")
     for key, want in (("description", str), ("parameters", dict)):
         if tool.get(key) is not None and not isinstance(tool[key], want):
             raise _bad(f"a function's {key} is a{'n object' if want is dict else ' string'}",
@@ -350,7 +361,7 @@ def _function(tool: Mapping[str, Any], at: str, ignored: list[Ignored],
 
 
 def _custom(tool: Mapping[str, Any], at: str, namespace: str | None) -> Tool:
-    name = _name(tool, at)
+    name = check_tool_name(tool.get("name"), f"{at}/name")
     description = tool.get("description")
     if description is not None and not isinstance(description, str):
         raise _bad("a custom tool's description is a string", f"{at}/description")

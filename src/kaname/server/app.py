@@ -22,14 +22,14 @@ from ..chat import TurnResult
 from ..decoding import Generation
 from ..edges import chat as chat_edge
 from ..edges.chat import ChatCompletionRequest, ChatReply
-from ..edges.common import pointer_of
+from ..edges.common import error_pointer
 from ..edges.completions import CompletionRequest
-from ..errors import KanameError, RequestError
+from ..errors import ConstraintError, KanameError
 from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching, usage
 from .config import ServerConfig
-from .errors import APIError, Shape, api_error
-from .limits import BodyLimit
+from .errors import APIError, api_error, shape_of
+from .limits import BodyLimit, too_large
 from .messages_api import add_messages_routes
 from .metrics import Metrics
 from .responses_api import add_responses_routes
@@ -37,12 +37,6 @@ from .sse import EventStream
 from .turn import Turn, Turns
 
 UNMATCHED = "unmatched"  # the endpoint label of every path no route serves
-
-
-def shape_of(path: str) -> Shape:
-    """Which API's error shape a path answers in (before its route has run: 401, 413, an
-    unknown path)."""
-    return "anthropic" if path.startswith("/v1/messages") else "openai"
 
 
 def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> FastAPI:
@@ -80,19 +74,22 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     async def on_validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
         shape = shape_of(request.url.path)
         if request.scope.get("kaname.body_too_large"):
-            return _too_large(config).response(shape)
+            return too_large(config.max_body_bytes).response(shape)
         errors = e.errors()
         first = errors[0] if errors else {}
         loc = list(first.get("loc", ()))
-        pointer = pointer_of(loc[1:] if loc[:1] == ["body"] else loc, e.body)
-        message = f"{first.get('msg', 'invalid request')}" + (f" at {pointer}" if pointer else "")
+        pointer = error_pointer({**first, "loc": loc[1:] if loc[:1] == ["body"] else loc},
+                                e.body)
+        message = str(first.get("msg", "invalid request"))
+        if pointer and pointer not in message:
+            message += f" at {pointer}"
         return APIError(400, message, param=pointer, code="invalid_request").response(shape)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
         shape = shape_of(request.url.path)
         if request.scope.get("kaname.body_too_large"):
-            return _too_large(config).response(shape)
+            return too_large(config.max_body_bytes).response(shape)
         status = e.status_code if e.status_code != 422 else 400
         return APIError(status, str(e.detail), code="invalid_request" if status == 400
                         else None).response(shape)
@@ -127,10 +124,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Response:
         turns.check_model(req.model)
-        if req.n is not None and req.n > 1:
-            raise RequestError("n > 1 is not supported; send n requests", pointer="/n",
-                               code="unsupported_parameter")
-        constraint = req.constraint()
+        req.refuse()
+        constraint, at = req.constraint()
         prompt = req.prompt_text()
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         params = gen_params(budget(backend, prompt, req.max_tokens, 16, turns.limit,
@@ -139,7 +134,10 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         guards = backend.compiler.guards
         if req.kaname is not None and req.kaname.guards is not None:
             guards = req.kaname.guards.over(guards)
-        compiled = backend.compiler.compile(constraint, guards=guards)
+        try:
+            compiled = backend.compiler.compile(constraint, guards=guards)
+        except ConstraintError as e:  # its pointer is into the constraint: moved under `at`
+            raise e.at(at) from e
         ext = {"grammar_hash": compiled.grammar_hash, "constraint": type(constraint).__name__,
                "not_enforced": [asdict(n) for n in compiled.not_enforced],
                "caps": compiled.caps,
@@ -151,8 +149,11 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             call.slot = slot = await backend.admit()
             return EventStream(_stream_completion(call, response_id, backend.model_id,
                                                   include_usage, req.return_token_ids,
-                                                  metrics), slot)
-        gen = await run_watching(request, call)
+                                                  metrics, at), slot)
+        try:
+            gen = await run_watching(request, call)
+        except ConstraintError as e:  # a parser limit hit while decoding
+            raise e.at(at) from e
         count(metrics, gen)
         return JSONResponse({
             "id": response_id, "object": "text_completion", "created": int(time.time()),
@@ -187,11 +188,6 @@ def _authorized(request: Request, key: str) -> bool:
             or request.headers.get("x-api-key", "") == key)
 
 
-def _too_large(config: ServerConfig) -> APIError:
-    return APIError(413, f"request body exceeds {config.max_body_bytes} bytes",
-                    code="body_too_large")
-
-
 async def _stream_chat(turns: Turns, turn: Turn, reply: ChatReply, include_usage: bool
                        ) -> AsyncGenerator[dict[str, Any], None]:
     yield reply.chunk({"role": "assistant", "content": ""})
@@ -205,7 +201,7 @@ async def _stream_chat(turns: Turns, turn: Turn, reply: ChatReply, include_usage
 
 
 async def _stream_completion(call: Call, response_id: str, model: str, include_usage: bool,
-                             token_ids: bool, metrics: Metrics
+                             token_ids: bool, metrics: Metrics, at: str
                              ) -> AsyncGenerator[dict[str, Any], None]:
     created = int(time.time())
 
@@ -220,16 +216,19 @@ async def _stream_completion(call: Call, response_id: str, model: str, include_u
 
     sent = 0
     async with aclosing(generate_streamed(call)) as items:
-        async for item in items:
-            if isinstance(item, Generation):
-                count(metrics, item)
-                if item.outside_grammar is not None:
-                    yield chunk(item.text[sent:])
-                yield chunk("", item.finish_reason)
-                if include_usage:
-                    yield {"id": response_id, "object": "text_completion",
-                           "created": created, "model": model, "choices": [],
-                           "usage": usage(item)}
-                return
-            sent += len(item[0])
-            yield chunk(item[0], ids=item[1])
+        try:
+            async for item in items:
+                if isinstance(item, Generation):
+                    count(metrics, item)
+                    if item.outside_grammar is not None:
+                        yield chunk(item.text[sent:])
+                    yield chunk("", item.finish_reason)
+                    if include_usage:
+                        yield {"id": response_id, "object": "text_completion",
+                               "created": created, "model": model, "choices": [],
+                               "usage": usage(item)}
+                    return
+                sent += len(item[0])
+                yield chunk(item[0], ids=item[1])
+        except ConstraintError as e:  # a parser limit hit while decoding
+            raise e.at(at) from e

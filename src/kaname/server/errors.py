@@ -41,6 +41,12 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
 Shape = Literal["openai", "anthropic", "responses"]
 
 
+def shape_of(path: str) -> Shape:
+    """Which API's error shape a path answers in (before its route has run: 401, 413, an
+    unknown path)."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
+
+
 class APIError(KanameError):
     """An HTTP answer: the table's rendering of an exception, or one the server decides
     itself (401, 413, 429, 504...). Never a 500 for anything the client sent."""
