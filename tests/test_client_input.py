@@ -159,13 +159,15 @@ def _with_surrogate(body: dict[str, Any], which: int, offset: int, surrogate: st
 
 
 @SETTINGS
-@given(path=st.sampled_from(sorted(APIS)), which=st.integers(0, 500),
+@given(path=st.sampled_from([*sorted(APIS), "/v1/messages/count_tokens"]),
+       which=st.integers(0, 500),
        offset=st.integers(0, 50), surrogate=st.sampled_from(["\ud800", "\udbff", "\udc00",
                                                             "\udfff"]),
        stream=st.booleans())
 def test_a_lone_surrogate_anywhere_is_a_400_naming_it(client, path, which, offset, surrogate,
                                                       stream):
-    body, pointer = _with_surrogate({**APIS[path], "stream": stream}, which, offset, surrogate)
+    base = APIS.get(path, MESSAGES)  # count_tokens reads a Messages body
+    body, pointer = _with_surrogate({**base, "stream": stream}, which, offset, surrogate)
     r = post(client, path, body)
     message, param, _ = error_of(path, r)
     assert r.status_code == 400, r.text
@@ -416,3 +418,45 @@ def test_a_body_over_the_limit_is_413_in_the_api_shape(client, path, chunked):
             "type": "request_too_large", "message": "request body exceeds 1048576 bytes"}}
     else:
         assert r.json()["error"]["code"] == "body_too_large"
+
+
+# ---- all of it at once ------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=3), max_leaves=6)
+REFUSABLE = sorted({field for _, field, _ in REFUSED})
+
+
+@st.composite
+def bad_bodies(draw: Any) -> tuple[str, dict[str, Any]]:
+    """A valid body of some API with one to three bad things done to it."""
+    path = draw(st.sampled_from(sorted(APIS)))
+    body = json.loads(json.dumps(APIS[path]))
+    for edit in draw(st.lists(st.sampled_from(["surrogate", "name", "field", "choice"]),
+                              min_size=1, max_size=3)):
+        if edit == "surrogate":
+            body, _ = _with_surrogate(body, draw(st.integers(0, 500)),
+                                      draw(st.integers(0, 20)), "\ud800")
+        elif edit == "name" and path in NAME_AT:
+            body = _set(body, draw(st.sampled_from(NAME_AT[path])), draw(BAD_NAMES))
+        elif edit == "field":
+            body[draw(st.sampled_from(REFUSABLE))] = draw(json_values)
+        elif edit == "choice" and path == "/v1/completions":
+            body["structured_outputs"] = {"choice": draw(st.lists(
+                st.text(max_size=8), min_size=1, max_size=3) | st.just(
+                [str(i) for i in range(draw(st.integers(1_999, 3_000)))]))}
+    return path, body
+
+
+@SETTINGS
+@given(case=bad_bodies(), stream=st.booleans())
+def test_no_mix_of_bad_input_is_a_5xx(client, case, stream):
+    """Whatever mix of the above: served, or a 4xx in the API's shape naming a pointer."""
+    path, body = case
+    r = post(client, path, {**body, "stream": stream})
+    assert r.status_code < 500, (r.status_code, r.text[:300])
+    if r.status_code >= 400:
+        message, param, _ = error_of(path, r)
+        assert param is not None and param.startswith("/"), message

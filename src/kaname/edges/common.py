@@ -6,6 +6,7 @@ was sent."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, TypeVar
@@ -61,23 +62,44 @@ def escape_pointer(step: str | int) -> str:
 def lone_surrogate(body: Any) -> tuple[str, str] | None:
     """(pointer, what) of the first string in `body` (keys included) holding a lone UTF-16
     surrogate (`"\\ud800"` is valid JSON, but not Unicode text a tokenizer can read); None
-    where there is none. One walk over the whole body, iterative (no depth limit)."""
-    stack: list[tuple[Any, str]] = [(body, "")]
-    while stack:
-        node, at = stack.pop()
+    where there is none. Whether there is one is asked of the C encoder (0.1-0.3 s for 5 MB
+    here); only a body that has one is walked, to name it."""
+    try:
+        json.dumps(body, ensure_ascii=False, check_circular=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return _find_surrogate(body)
+    except (TypeError, ValueError):  # not JSON data (Python callers): walk it
+        return _find_surrogate(body)
+    return None
+
+
+def _find_surrogate(body: Any) -> tuple[str, str] | None:
+    # breadth first, iterative (no depth limit); each entry is (value, its parent's entry,
+    # its key), and a pointer is built only for the string found
+    entries: list[tuple[Any, int, str | int]] = [(body, -1, "")]
+    i = 0
+    while i < len(entries):
+        node = entries[i][0]
         if isinstance(node, str):
             if _has_surrogate(node):
-                return at or "/", "the string"
+                return _pointer(entries, i), "the string"
         elif isinstance(node, Mapping):
-            entries = list(node.items())
-            for key, _ in entries:
+            for key, value in node.items():
                 if isinstance(key, str) and _has_surrogate(key):
-                    return at or "/", "a key of the object"
-            stack += [(value, f"{at}/{escape_pointer(key)}") for key, value in
-                      reversed(entries)]
-        elif isinstance(node, list):
-            stack += [(value, f"{at}/{i}") for i, value in reversed(list(enumerate(node)))]
+                    return _pointer(entries, i), "a key of the object"
+                entries.append((value, i, key))
+        elif isinstance(node, list | tuple):
+            entries += [(value, i, k) for k, value in enumerate(node)]
+        i += 1
     return None
+
+
+def _pointer(entries: Sequence[tuple[Any, int, str | int]], i: int) -> str:
+    steps = []
+    while entries[i][1] >= 0:
+        steps.append(escape_pointer(entries[i][2]))
+        i = entries[i][1]
+    return "/" + "/".join(reversed(steps)) if steps else "/"
 
 
 def _has_surrogate(text: str) -> bool:
