@@ -442,8 +442,9 @@ def test_proxy_with_tokenizer_json_and_sglang_dialect(server, tmp_path):
 
 
 def test_sigterm_ends_in_flight_generations_after_the_grace_period():
-    """Graceful shutdown: a generation still running after --graceful-shutdown seconds is
-    stopped at its next token, so the process exits promptly instead of finishing it."""
+    """Graceful shutdown: a completions stream still running after --graceful-shutdown
+    seconds ends with an error event and `[DONE]`, and the process exits promptly instead of
+    finishing it (tests/test_server_shutdown.py has the queue and the other APIs)."""
     import os
     import signal
     import threading
@@ -452,17 +453,16 @@ def test_sigterm_ends_in_flight_generations_after_the_grace_period():
     with ServerProcess("--model", "random", "--format", "qwen3", "--graceful-shutdown", "1",
                        "--max-tokens-limit", "1000000") as s:
         got_first = threading.Event()
+        lines: list[str] = []
 
         def stream() -> None:
-            try:
-                with httpx.stream("POST", f"{s.url}/v1/completions", timeout=60, json={
-                        "model": "random", "prompt": "x", "max_tokens": 1000000,
-                        "stream": True,  # minutes of generation
-                        "structured_outputs": {"regex": "[a-z ]{3000000}"}}) as r:
-                    for _ in r.iter_lines():
-                        got_first.set()
-            except httpx.HTTPError:
-                pass  # the server went away: expected
+            with httpx.stream("POST", f"{s.url}/v1/completions", timeout=60, json={
+                    "model": "random", "prompt": "x", "max_tokens": 1000000,
+                    "stream": True,  # minutes of generation
+                    "structured_outputs": {"regex": "[a-z ]{3000000}"}}) as r:
+                for line in r.iter_lines():
+                    lines.append(line)
+                    got_first.set()
 
         t = threading.Thread(target=stream, daemon=True)
         t.start()
@@ -471,6 +471,11 @@ def test_sigterm_ends_in_flight_generations_after_the_grace_period():
         os.kill(s.proc.pid, signal.SIGTERM)
         s.proc.wait(timeout=30)
         assert time.monotonic() - started < 10
+        t.join(timeout=10)
+    events = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+    assert events[-1] == "[DONE]", events[-3:]
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == "shutting_down" and "grace period" in error["message"], error
 
 
 # ---- OpenAI's strict per function -----------------------------------------------------------

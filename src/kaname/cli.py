@@ -303,9 +303,7 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
 
 @_exit_codes
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .server import build_app
+    from .server import build_app, serve
 
     config = _server_config(args)
     app = build_app(config, _runtime_for_format)
@@ -314,8 +312,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     context = f", context {app.state.n_ctx} tokens" if app.state.n_ctx else ""
     print(f"kaname: serving {config.model_id()} ({where}, format {config.format}{context}) on "
           f"http://{config.host}:{config.port}/v1", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=config.host, port=config.port, log_level=args.log_level,
-                timeout_graceful_shutdown=int(args.graceful_shutdown))
+    serve(app, host=config.host, port=config.port, log_level=args.log_level,
+          grace=args.graceful_shutdown)
     return 0
 
 
@@ -561,8 +559,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument(f"--{name}", type=_guard_value, default=argparse.SUPPRESS,
                        metavar="N|off", help=f"runaway guard: {what} (a request may set its "
                                              "own in kaname.guards)")
-    s.add_argument("--graceful-shutdown", type=float, default=30.0,
-                   help="seconds in-flight requests get on shutdown")
+    s.add_argument("--graceful-shutdown", type=float, default=30.0, metavar="S",
+                   help="on SIGTERM, seconds running generations get to finish (waiting "
+                        "requests are answered 503 at once); those still running then end "
+                        "with a 503, or an error event where the stream had begun")
     s.add_argument("--seed", type=int, default=None, help="seed of the random test models")
     s.add_argument("--log-level", default="warning")
     s.set_defaults(func=cmd_serve)

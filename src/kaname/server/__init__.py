@@ -17,6 +17,7 @@ from ..grammar import GrammarCompiler
 from .app import create_app
 from .backend import Backend
 from .config import ServerConfig
+from .lifecycle import serve
 from .local import LocalBackend
 from .metrics import Metrics
 from .upstream import UpstreamBackend, discover_model
@@ -73,4 +74,4 @@ def _load_tokenizer(path: str) -> llg.LLTokenizer:
         raise ModelError(f"--tokenizer: cannot load {path}: {e}") from e
 
 
-__all__ = ["ServerConfig", "build_app", "create_app"]
+__all__ = ["ServerConfig", "build_app", "create_app", "serve"]

@@ -29,6 +29,7 @@ from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching, usage
 from .config import ServerConfig
 from .errors import APIError, api_error, shape_of
+from .lifecycle import Lifecycle
 from .limits import BodyLimit, too_large
 from .messages_api import add_messages_routes
 from .metrics import Metrics
@@ -47,11 +48,13 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
 
     app = FastAPI(title="kaname", version="0.1.0", lifespan=lifespan,
                   description="Structured output by construction, OpenAI-compatible.")
+    lifecycle = app.state.lifecycle = Lifecycle(config.request_timeout)
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     created = int(time.time())
 
     @app.middleware("http")
     async def auth_and_count(request: Request, call_next):  # type: ignore[no-untyped-def]
+        lifecycle.arrived(request.scope)
         path = request.url.path
         endpoint = endpoint_label(app.router.routes, request.scope)
         if config.api_key and path != "/health" and not _authorized(request, config.api_key):
@@ -107,13 +110,13 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
-    turns = Turns(config, backend, metrics)
+    turns = Turns(config, backend, metrics, lifecycle)
     add_responses_routes(app, turns)
     add_messages_routes(app, turns)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
-        turn = turns.prepare(chat_edge.to_turn(req))
+        turn = turns.prepare(chat_edge.to_turn(req), deadline=turns.deadline(request))
         reply = ChatReply(turn.response_id, backend.model_id, turn.created)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -142,11 +145,12 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
                "not_enforced": [asdict(n) for n in compiled.not_enforced],
                "caps": compiled.caps,
                "budget": {"asked": req.max_tokens, "served": params.max_tokens}}
-        call = Call(backend, prompt, compiled, params, req.allow_unenforced)
+        call = Call(backend, prompt, compiled, params, req.allow_unenforced,
+                    turns.deadline(request))
         response_id = f"cmpl-{uuid.uuid4().hex}"
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            call.slot = slot = await backend.admit()
+            slot = await call.admit()
             return EventStream(_stream_completion(call, response_id, backend.model_id,
                                                   include_usage, req.return_token_ids,
                                                   metrics, at), slot)

@@ -15,6 +15,7 @@ from ..grammar import CompiledConstraint
 from .admission import Slot, token_budget
 from .backend import Backend, GenParams
 from .errors import APIError
+from .lifecycle import Deadline
 from .metrics import Metrics
 
 
@@ -22,14 +23,27 @@ class Call:
     """One generation request to the backend."""
 
     def __init__(self, backend: Backend, prompt: str, compiled: CompiledConstraint,
-                 params: GenParams, allow_unenforced: bool):
+                 params: GenParams, allow_unenforced: bool, deadline: Deadline):
         self.backend, self.prompt, self.compiled, self.params = backend, prompt, compiled, params
         self.allow_unenforced = allow_unenforced
-        self.slot: Slot | None = None  # taken before a stream starts, so a full queue is a 429
+        self.deadline = deadline  # the request's, from its arrival; and the server's shutdown
+        self.slot: Slot | None = None
+
+    async def admit(self) -> Slot:
+        """Wait for a generation slot. A stream takes it before its 200, so that a full
+        queue is a 429, a timeout a 504 and a shutdown a 503, not an error event."""
+        if self.slot is None:
+            self.slot = await self.deadline.queued(self.backend.admit())
+        return self.slot
 
     async def run(self, sink: Any) -> Generation:
-        gen = await self.backend.generate(self.prompt, self.compiled, self.params, sink,
-                                          slot=self.slot)
+        try:
+            slot = await self.admit()
+            gen = await self.deadline.running(self.backend.generate(
+                self.prompt, self.compiled, self.params, sink, slot=slot))
+        finally:
+            if self.slot is not None and not self.slot.taken:  # no generation ever took it
+                self.slot.release()
         if gen.outside_grammar is not None and not self.allow_unenforced:
             raise NotEnforcedError(gen.outside_grammar)
         return gen

@@ -23,7 +23,8 @@ def add_messages_routes(app: FastAPI, turns: Turns) -> None:
     @app.post("/v1/messages")
     async def messages(req: MessagesRequest, request: Request) -> Response:
         # tool_use ids as Anthropic writes them; they come back as tool_result.tool_use_id
-        turn = turns.prepare(edge.to_turn(req), call_ids="toolu_")
+        turn = turns.prepare(edge.to_turn(req), deadline=turns.deadline(request),
+                             call_ids="toolu_")
         reply = MessageReply(req, turn.response_id, turns.backend.model_id)
         if req.stream:
             slot = await turns.admit(turn)
@@ -31,10 +32,10 @@ def add_messages_routes(app: FastAPI, turns: Turns) -> None:
         return JSONResponse(reply.body(await turns.complete(request, turn)))
 
     @app.post("/v1/messages/count_tokens")
-    async def count_tokens(req: CountTokensRequest) -> dict[str, int]:
+    async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, int]:
         """The prompt's tokens as the model sees them (rendered, tools included); nothing is
         generated."""
-        turn = turns.prepare(edge.to_turn(req))
+        turn = turns.prepare(edge.to_turn(req), deadline=turns.deadline(request))
         return {"input_tokens": turns.backend.count_tokens(turn.call.prompt)}
 
 

@@ -28,6 +28,7 @@ from .admission import Slot
 from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching
 from .config import ServerConfig
+from .lifecycle import Deadline, Lifecycle
 from .metrics import Metrics
 
 
@@ -50,10 +51,12 @@ class Turn:
 class Turns:
     """The turn pipeline of one server: its format, backend, limits and defaults."""
 
-    def __init__(self, config: ServerConfig, backend: Backend, metrics: Metrics):
+    def __init__(self, config: ServerConfig, backend: Backend, metrics: Metrics,
+                 lifecycle: Lifecycle):
         from ..formats import get_format
 
         self.config, self.backend, self.metrics = config, backend, metrics
+        self.lifecycle = lifecycle
         self.fmt = get_format(config.format)
         # no budget exceeds what the model can hold
         self.limit = min(config.max_tokens_limit, backend.n_ctx or config.max_tokens_limit)
@@ -62,8 +65,13 @@ class Turns:
         if not self.config.accepts_model(model):
             raise UnknownModelError(model, self.backend.model_id)
 
-    def prepare(self, req: TurnRequest, *, call_ids: str = "call_") -> Turn:
-        """`call_ids`: how this API's tool-call ids start (they come back in tool results)."""
+    def deadline(self, request: Request) -> Deadline:
+        """The request's deadline (`--request-timeout` from its arrival)."""
+        return self.lifecycle.deadline(request.scope)
+
+    def prepare(self, req: TurnRequest, *, deadline: Deadline, call_ids: str = "call_") -> Turn:
+        """`deadline`: the request's (`Turns.deadline`), which its generation keeps;
+        `call_ids`: how this API's tool-call ids start (they come back in tool results)."""
         backend, config = self.backend, self.config
         self.check_model(req.model)
         if len(req.tools) > config.max_tools:
@@ -80,13 +88,13 @@ class Turns:
         s = req.sampling
         params = gen_params(served, s.temperature, s.top_p, s.seed, list(s.stop))
         compiled = backend.compiler.compile(Lark(prepared.grammar))
-        call = Call(backend, prompt, compiled, params, req.allow_unenforced)
+        call = Call(backend, prompt, compiled, params, req.allow_unenforced, deadline)
         return Turn(call, prepared, req.max_tokens, new_call_id_prefix(call_ids))
 
     async def admit(self, turn: Turn) -> Slot:
-        """Take a generation slot before a stream's 200 is sent, so a full queue is a 429."""
-        turn.call.slot = await self.backend.admit()
-        return turn.call.slot
+        """Take a generation slot before a stream's 200 is sent, so that a full queue is a
+        429, a timeout a 504 and a shutdown a 503."""
+        return await turn.call.admit()
 
     async def complete(self, request: Request, turn: Turn) -> TurnResult:
         gen = await run_watching(request, turn.call)

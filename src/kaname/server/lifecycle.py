@@ -1,0 +1,165 @@
+"""How long a request may wait and run: its deadline, `--request-timeout` seconds from its
+arrival whether it is streamed or not, and the server's shutdown.
+
+On SIGTERM (or Ctrl-C) the server stops accepting connections and drains: requests waiting for
+a generation slot are answered 503 at once (so that their clients can go elsewhere), running
+generations get the grace period (`--graceful-shutdown`) to finish, and those still running
+then end with a 503, or with an error event and the end of the stream where the 200 was sent.
+uvicorn alone would wait for every connection, the queued ones included, and cancel what was
+left when its timeout ran out, without an answer ("Server disconnected"); `serve` tells the
+app first, then lets uvicorn wait a little longer than the grace period for the answers to go
+out. Errors are `APIError`s, rendered like every other in each API's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import uvicorn
+from fastapi import FastAPI
+from starlette.types import Scope
+
+from .errors import APIError
+
+T = TypeVar("T")
+
+ARRIVAL = "kaname.arrival"  # scope key: the event loop's time when the request arrived
+# seconds uvicorn waits beyond the grace period for the answers that end it to be written
+ANSWER_MARGIN = 5.0
+
+
+class _Flag:
+    """A one-way switch that coroutines can wait for, on whichever event loop they run
+    (asyncio.Event binds to the first loop that waits on it)."""
+
+    def __init__(self) -> None:
+        self.is_set = False
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def set(self) -> None:
+        self.is_set = True
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._waiters.clear()
+
+    def waiter(self) -> asyncio.Future[None]:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.is_set:
+            waiter.set_result(None)
+        else:
+            self._waiters.add(waiter)
+        return waiter
+
+    def forget(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.discard(waiter)
+        waiter.cancel()
+
+
+class Lifecycle:
+    """The server's state as requests see it: serving, draining (SIGTERM: nothing new
+    starts), stopped (the grace period is over: nothing runs on)."""
+
+    def __init__(self, request_timeout: float):
+        self.request_timeout = request_timeout
+        self.draining = _Flag()
+        self.stopped = _Flag()
+        self.grace = 0.0
+
+    def arrived(self, scope: Scope) -> None:
+        """Note a request's arrival (the app's outermost middleware calls this)."""
+        scope.setdefault(ARRIVAL, asyncio.get_running_loop().time())
+
+    def deadline(self, scope: Scope) -> Deadline:
+        """The deadline of the request `scope` belongs to."""
+        arrival = scope.get(ARRIVAL) or asyncio.get_running_loop().time()
+        return Deadline(self, arrival + self.request_timeout)
+
+    def drain(self, grace: float) -> None:
+        """Answer the waiting requests now and stop the running ones in `grace` seconds."""
+        if self.draining.is_set:
+            return
+        self.grace = grace
+        self.draining.set()
+        asyncio.get_running_loop().call_later(grace, self.stopped.set)
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """One request's bound: a 504 when the event loop's clock passes `at`, a 503 when the
+    server shuts down."""
+
+    lifecycle: Lifecycle
+    at: float
+
+    def left(self) -> float:
+        """Seconds left (never below 0)."""
+        return max(0.0, self.at - asyncio.get_running_loop().time())
+
+    async def queued(self, admission: Awaitable[T]) -> T:
+        """`admission` (waiting for a generation slot), within the deadline; nothing is
+        admitted once the server drains."""
+        life = self.lifecycle
+        return await self._until(admission, life.draining, lambda: APIError(
+            503, "server shutting down: waiting requests are not started; retry",
+            code="shutting_down"), lambda: APIError(
+            504, f"timed out after {life.request_timeout:g} s waiting for a generation slot",
+            code="timeout"))
+
+    async def running(self, generation: Awaitable[T]) -> T:
+        """`generation`, within the deadline and the grace period of a shutdown."""
+        life = self.lifecycle
+        return await self._until(generation, life.stopped, lambda: APIError(
+            503, f"server shutting down: the generation did not finish within the "
+                 f"{life.grace:g} s grace period; retry", code="shutting_down"),
+            lambda: APIError(504, f"generation timed out after {life.request_timeout:g} s",
+                             code="timeout"))
+
+    async def _until(self, work: Awaitable[T], flag: _Flag,
+                     stopped: Callable[[], APIError], late: Callable[[], APIError]) -> T:
+        """`work`'s result, or `stopped()` once `flag` is set, or `late()` at the deadline;
+        `work` is cancelled when it loses (a generation then stops at its next token), and
+        when this is (the client went away)."""
+        task = asyncio.ensure_future(work)
+        waiter = flag.waiter()
+        either: set[asyncio.Future[Any]] = {task, waiter}
+        try:
+            done, _ = await asyncio.wait(either, timeout=self.left(),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+        except BaseException:
+            task.cancel()
+            raise
+        finally:
+            flag.forget(waiter)
+        if task.cancelled():  # lost the race (a result that came in meanwhile is kept)
+            raise stopped() if waiter in done else late()
+        return task.result()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, telling the app that it shuts down before it waits for the connections."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle, grace: float):
+        super().__init__(config)
+        self.lifecycle, self.grace = lifecycle, grace
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.lifecycle.drain(self.grace)
+        await super().shutdown(sockets)
+
+
+def serve(app: FastAPI, *, host: str, port: int, log_level: str, grace: float) -> None:
+    """Run `app` (made by `create_app`) until SIGTERM / Ctrl-C, then drain it: waiting
+    requests answered 503, running ones given `grace` seconds."""
+    lifecycle: Lifecycle = app.state.lifecycle
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=math.ceil(grace + ANSWER_MARGIN))
+    _Server(config, lifecycle, grace).run()
