@@ -177,6 +177,8 @@ def run_and_terminate(server: SlowServer, running: Outcome, payload: dict[str, A
     wait_for("seven requests queue", lambda: metric(url, "kaname_queue_depth") == 7)
     sent = time.monotonic()
     os.kill(server.proc.pid, signal.SIGTERM)
+    wait_for("new connections are refused", lambda: refused(url) or server.proc.poll() is not None)
+    refused_while_running = server.proc.poll() is None
     server.proc.wait(timeout=60)
     exited = time.monotonic() - sent
     for t in threads:
@@ -187,7 +189,16 @@ def run_and_terminate(server: SlowServer, running: Outcome, payload: dict[str, A
         assert "shutting down" in out.error()["message"], out
     assert all(out.error()["type"] == "overloaded_error" for out in queued if
                out.api == "messages")
+    assert refused_while_running, "the process exited before refusing a connection"
     return exited
+
+
+def refused(url: str) -> bool:
+    try:
+        httpx.get(url + "/health", timeout=2)
+    except httpx.ConnectError:
+        return True
+    return False
 
 
 def test_sigterm_answers_the_queue_and_lets_the_running_request_finish():
@@ -195,9 +206,9 @@ def test_sigterm_answers_the_queue_and_lets_the_running_request_finish():
     with SlowServer("--graceful-shutdown", "20") as server:
         running = Outcome("chat", True)
         exited = run_and_terminate(server, running, body("chat", True, long=True,
-                                                                   max_tokens=40))
+                                                                   max_tokens=60))
     assert running.kind() == "answer", (running, server.log())
-    assert exited < 15, exited  # the running one's ~2 s, not the grace period
+    assert exited < 15, exited  # the running one's ~3 s, not the grace period
 
 
 def test_sigterm_ends_what_outlives_the_grace_period_with_an_error_event():
