@@ -21,6 +21,8 @@ from .common import (
     OpenAIToolName,
     Refused,
     SamplingFields,
+    TurnReport,
+    Wire,
     custom_tool,
     extras,
     read,
@@ -380,4 +382,109 @@ class ChatReply:
         return out
 
 
-__all__ = ["ChatCompletionRequest", "ChatReply", "to_turn", "turn_from_chat"]
+# ---- the answer's shape, as /openapi.json documents it ---------------------------------------
+
+Finish = Literal["stop", "length", "tool_calls"]
+
+
+class FunctionOut(Wire):
+    name: str
+    arguments: str  # JSON text
+
+
+class CustomOut(Wire):
+    name: str
+    input: str
+
+
+class ToolCallOut(Wire):
+    id: str
+    type: Literal["function", "custom"]
+    function: FunctionOut | None = None  # type function
+    custom: CustomOut | None = None  # type custom
+
+
+class AssistantMessage(Wire):
+    role: Literal["assistant"]
+    content: str | None
+    reasoning_content: str | None = None  # where the turn reasoned
+    tool_calls: list[ToolCallOut] | None = None  # where the turn called tools
+
+
+class ChatChoice(Wire):
+    index: int
+    message: AssistantMessage
+    finish_reason: Finish
+    logprobs: None
+
+
+class ReasoningTokens(Wire):
+    reasoning_tokens: int
+
+
+class ChatUsage(Wire):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    completion_tokens_details: ReasoningTokens
+
+
+class ChatCompletion(Wire):
+    """The body of a chat completion (`stream` false)."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: ChatUsage
+    kaname: TurnReport
+
+
+class FunctionDelta(Wire):
+    name: str | None = None  # the call's first chunk
+    arguments: str | None = None
+
+
+class CustomDelta(Wire):
+    name: str | None = None  # the call's first chunk
+    input: str | None = None
+
+
+class ToolCallDelta(Wire):
+    index: int
+    id: str | None = None  # the call's first chunk: id, type and name
+    type: Literal["function", "custom"] | None = None
+    function: FunctionDelta | None = None
+    custom: CustomDelta | None = None
+
+
+class ChunkDelta(Wire):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChunkChoice(Wire):
+    index: int
+    delta: ChunkDelta
+    finish_reason: Finish | None
+    logprobs: None
+
+
+class ChatCompletionChunk(Wire):
+    """One event of a streamed chat completion: deltas, then the finish (with `kaname`), then
+    usage (no choices) where `stream_options.include_usage` asked for it."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: ChatUsage | None = None
+    kaname: TurnReport | None = None
+
+
+__all__ = ["ChatCompletion", "ChatCompletionChunk", "ChatCompletionRequest", "ChatReply",
+           "to_turn", "turn_from_chat"]

@@ -9,17 +9,19 @@ import dataclasses
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from ..errors import RequestError
 from ..formats.request import CUSTOM_INPUT, Ignored, Sampling, Tool
@@ -149,6 +151,26 @@ class RequestBody(Loose):
                 "unpaired \\ud800-\\udfff escape), which is not Unicode text; send valid text",
                 {"pointer": pointer, "what": what.capitalize()})
         return data
+
+
+@dataclass(frozen=True)
+class DocumentedAs:
+    """`Annotated[T, DocumentedAs(D)]`: a field validated as `T` and documented (in
+    /openapi.json) as `D`. For fields an edge reads by hand, so that its errors name the exact
+    pointer and agents' bodies are not refused by a stricter union, while clients and fuzzers
+    still see the shape the API defines."""
+
+    doc: Any
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
+                                     ) -> CoreSchema:
+        doc = handler.generate_schema(self.doc)
+        return core_schema.no_info_after_validator_function(
+            lambda v: v, handler(source),
+            metadata={"pydantic_js_annotation_functions": [lambda _c, h: h(doc)]},
+            # keeps `doc` in the schema tree, so its models land in the document's components
+            serialization=core_schema.wrap_serializer_function_ser_schema(
+                lambda v, _h: v, schema=doc))
 
 
 class GuardsIn(BaseModel):
@@ -298,3 +320,60 @@ def custom_tool(name: str, description: str | None, syntax: str | None,
             f"`{CUSTOM_INPUT}` is text in this {syntax} grammar:\n{definition}")
     return Tool(name, _CUSTOM_PARAMETERS, text, strict=True, grammar=grammar,
                 schema_at=schema_at)
+
+
+# ---- what every edge's answer carries (documented in /openapi.json) --------------------------
+
+class Wire(BaseModel):
+    """A body (or event) the server sends, as /openapi.json documents it. The edges build their
+    answers as dicts; tests/test_openapi_conformance.py holds the two together. Open: new
+    fields may appear, as in the APIs kaname follows."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class NotEnforcedOut(Wire):
+    """A schema keyword the grammar does not enforce (post-checked instead)."""
+
+    keyword: str
+    pointer: str
+
+
+class IgnoredOut(Wire):
+    """A field the API defines that kaname accepted without acting on it."""
+
+    pointer: str
+    reason: str
+
+
+class CallVerdict(Wire):
+    """The post-check of one tool call's arguments (None: nothing checked)."""
+
+    id: str | None
+    name: str | None
+    valid: bool | None
+
+
+class BudgetOut(Wire):
+    """The output budget the request asked for, and the one served."""
+
+    asked: int | None
+    served: int
+
+
+class TurnReport(Wire):
+    """The `kaname` object of a turn's answer (chat, Responses, Messages): what was enforced
+    and what the post-checks found."""
+
+    format: str
+    strict_level: Literal["full", "names", "off"]
+    not_enforced: list[NotEnforcedOut]
+    guards: dict[str, Any] | None
+    content_valid: bool | None
+    tool_calls_valid: list[CallVerdict]
+    ignored: list[IgnoredOut]
+    enforced: bool
+    not_enforced_reason: str | None
+    grammar_hash: str
+    budget: BudgetOut
+    reasoning_tokens: int

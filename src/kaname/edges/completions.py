@@ -4,14 +4,22 @@ SGLang's ebnf). Not a chat turn: the text comes back as generated."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ..errors import ConstraintError, RequestError
 from ..grammar import Constraint, to_constraint
 from .chat import ResponseFormat
-from .common import Loose, Refused, SamplingFields, refuse
+from .common import (
+    BudgetOut,
+    Loose,
+    NotEnforcedOut,
+    Refused,
+    SamplingFields,
+    Wire,
+    refuse,
+)
 
 # Fields that would change what the client gets back, which kaname does not serve (README,
 # "Field policy"): a 400 naming them, unless they ask for nothing.
@@ -97,3 +105,54 @@ class CompletionRequest(SamplingFields):
             return to_constraint(value), f"/{name}"
         except ConstraintError as e:
             raise e.at(f"/{name}") from e
+
+
+# ---- the answer's shape, as /openapi.json documents it ---------------------------------------
+
+class CompletionChoice(Wire):
+    index: int
+    text: str
+    finish_reason: Literal["stop", "length"] | None  # None in a stream's chunks before the last
+    logprobs: None
+    token_ids: list[int] | None = None  # with return_token_ids
+
+
+class CompletionUsage(Wire):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionReport(Wire):
+    """The `kaname` object of a completion: its one constraint, and what was enforced."""
+
+    grammar_hash: str
+    constraint: str
+    not_enforced: list[NotEnforcedOut]
+    caps: dict[str, Any]
+    budget: BudgetOut
+    enforced: bool
+
+
+class Completion(Wire):
+    """The body of a completion (`stream` false)."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage
+    kaname: CompletionReport
+
+
+class CompletionChunk(Wire):
+    """One event of a streamed completion: text, then the finish, then usage (no choices)
+    where `stream_options.include_usage` asked for it."""
+
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage | None = None

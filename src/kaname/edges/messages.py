@@ -25,7 +25,17 @@ from ..formats import ParsedTurn, items
 from ..formats.items import Delta, TextDelta
 from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import JsonSchema
-from .common import AnthropicToolName, KanameOptions, Loose, RequestBody, extras, read, sampling
+from .common import (
+    AnthropicToolName,
+    KanameOptions,
+    Loose,
+    RequestBody,
+    TurnReport,
+    Wire,
+    extras,
+    read,
+    sampling,
+)
 
 
 def _as_blocks(value: Any) -> Any:
@@ -536,3 +546,123 @@ class BlockEvents:
     @staticmethod
     def _delta(index: int, delta: dict[str, Any]) -> dict[str, Any]:
         return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+# ---- the answer's shape, as /openapi.json documents it ---------------------------------------
+
+class TextBlock(Wire):
+    type: Literal["text"]
+    text: str
+
+
+class ThinkingBlock(Wire):
+    type: Literal["thinking"]
+    thinking: str  # "" with thinking.display "omitted"
+    signature: str
+
+
+class ToolUseBlock(Wire):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+Block = TextBlock | ThinkingBlock | ToolUseBlock
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
+
+
+class MessageUsage(Wire):
+    input_tokens: int
+    output_tokens: int
+    cache_creation_input_tokens: int
+    cache_read_input_tokens: int
+
+
+class Message(Wire):
+    """The body of a message (`stream` false); `message_start` carries it without `kaname`,
+    stop_reason null."""
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[Block]
+    stop_reason: StopReason | None
+    stop_sequence: str | None
+    usage: MessageUsage
+    kaname: TurnReport | None = None  # on every complete message
+
+
+class TokenCount(Wire):
+    """The body of `POST /v1/messages/count_tokens`."""
+
+    input_tokens: int
+
+
+class MessageStart(Wire):
+    type: Literal["message_start"]
+    message: Message
+
+
+class Ping(Wire):
+    type: Literal["ping"]
+
+
+class BlockStart(Wire):
+    type: Literal["content_block_start"]
+    index: int
+    content_block: Block
+
+
+class TextDeltaOut(Wire):
+    type: Literal["text_delta"]
+    text: str
+
+
+class ThinkingDeltaOut(Wire):
+    type: Literal["thinking_delta"]
+    thinking: str
+
+
+class SignatureDelta(Wire):
+    type: Literal["signature_delta"]
+    signature: str
+
+
+class InputJsonDelta(Wire):
+    type: Literal["input_json_delta"]
+    partial_json: str
+
+
+class BlockDelta(Wire):
+    type: Literal["content_block_delta"]
+    index: int
+    delta: TextDeltaOut | ThinkingDeltaOut | SignatureDelta | InputJsonDelta
+
+
+class BlockStop(Wire):
+    type: Literal["content_block_stop"]
+    index: int
+
+
+class StopDelta(Wire):
+    stop_reason: StopReason
+    stop_sequence: str | None
+
+
+class MessageDelta(Wire):
+    type: Literal["message_delta"]
+    delta: StopDelta
+    usage: MessageUsage
+    kaname: TurnReport
+
+
+class MessageStop(Wire):
+    type: Literal["message_stop"]
+
+
+# One event of a streamed message (its SSE event name is its `type`); an error after the 200
+# is an `error` event in the shape of Anthropic's error bodies.
+StreamEvent = (MessageStart | Ping | BlockStart | BlockDelta | BlockStop | MessageDelta
+               | MessageStop)

@@ -19,9 +19,9 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import TurnResult
 from ..errors import RequestError
@@ -30,9 +30,13 @@ from ..formats.items import CallDelta, Delta, TextDelta
 from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import Constraint, from_response_format
 from .common import (
+    DocumentedAs,
     KanameOptions,
+    OpenAIToolName,
     Refused,
     RequestBody,
+    TurnReport,
+    Wire,
     check_tool_name,
     custom_tool,
     extras,
@@ -64,6 +68,224 @@ REFUSED = (
 )
 
 
+# ---- the request's shape, as /openapi.json documents it -------------------------------------
+# The request reads `input`, `tools`, `tool_choice`, `text`, `reasoning`... by hand (errors name
+# the exact pointer; what the API defines and kaname does not use is listed, never refused):
+# these models only say what the API defines (`DocumentedAs`), for clients and fuzzers.
+
+class Doc(BaseModel):
+    """A documented request shape; open, as every request model here."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class InputText(Doc):
+    type: Literal["input_text"]
+    text: str
+
+
+class InputImage(Doc):
+    """Defined by the API; a text-only model cannot read it (400)."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["low", "high", "auto"] | None = None
+
+
+class InputFile(Doc):
+    """Defined by the API; a text-only model cannot read it (400)."""
+
+    type: Literal["input_file"]
+    file_id: str | None = None
+    file_data: str | None = None
+    filename: str | None = None
+
+
+class OutputTextIn(Doc):
+    """An assistant message's text, as a previous response gave it."""
+
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any] | None = None
+
+
+class RefusalIn(Doc):
+    type: Literal["refusal"]
+    refusal: str
+
+
+InputContent = InputText | InputImage | InputFile | OutputTextIn | RefusalIn
+
+
+class MessageItemIn(Doc):
+    """A message: its `type` may be left out (the API's "easy" input message)."""
+
+    type: Literal["message"] | None = None
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[InputContent]
+    id: str | None = None
+    status: str | None = None
+
+
+class SummaryText(Doc):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningTextIn(Doc):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ReasoningItemIn(Doc):
+    """Reasoning from a previous turn: read where it has text (encrypted reasoning is left
+    out and listed)."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[SummaryText] | None = None
+    content: list[ReasoningTextIn] | None = None
+    encrypted_content: str | None = None
+
+
+class FunctionCallIn(Doc):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str  # JSON text
+    namespace: str | None = None
+    id: str | None = None
+    status: str | None = None
+
+
+class CustomToolCallIn(Doc):
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
+    id: str | None = None
+
+
+class CallOutputIn(Doc):
+    """A tool's output, matched to its call by `call_id`."""
+
+    type: Literal["function_call_output", "custom_tool_call_output"]
+    call_id: str
+    output: str | list[InputContent]
+    id: str | None = None
+    status: str | None = None
+
+
+class OtherItemIn(Doc):
+    """Any other item the API defines (item references, hosted tools' calls...): left out of
+    the prompt and listed in `kaname.ignored`."""
+
+    type: str
+
+
+InputItem = (MessageItemIn | ReasoningItemIn | FunctionCallIn | CustomToolCallIn
+             | CallOutputIn | OtherItemIn)
+
+
+class FunctionToolIn(Doc):
+    type: Literal["function"]
+    name: OpenAIToolName
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # true unless false: the Responses API's default
+
+
+class TextFormatIn(Doc):
+    type: Literal["text"]
+
+
+class GrammarFormatIn(Doc):
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str = Field(min_length=1)
+
+
+class CustomToolIn(Doc):
+    """Free-form input, bound to a Lark or regex grammar if given."""
+
+    type: Literal["custom"]
+    name: OpenAIToolName
+    description: str | None = None
+    format: TextFormatIn | GrammarFormatIn | None = None
+
+
+class NamespaceToolIn(Doc):
+    """A group of function tools; their calls carry the namespace back."""
+
+    type: Literal["namespace"]
+    name: OpenAIToolName
+    tools: list[FunctionToolIn | CustomToolIn]
+
+
+class HostedToolIn(Doc):
+    """A tool the API runs on its side (web_search, file_search, mcp...): not offered to the
+    model here, listed in `kaname.ignored`."""
+
+    type: str
+
+
+ResponsesTool = FunctionToolIn | CustomToolIn | NamespaceToolIn | HostedToolIn
+
+
+class NamedToolChoiceIn(Doc):
+    type: Literal["function", "custom"]
+    name: str
+
+
+class AllowedToolIn(Doc):
+    type: Literal["function", "custom"]
+    name: str
+
+
+class AllowedToolsChoiceIn(Doc):
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"] = "auto"
+    tools: list[AllowedToolIn] = Field(min_length=1)
+
+
+ResponsesToolChoice = (Literal["none", "auto", "required"] | NamedToolChoiceIn
+                | AllowedToolsChoiceIn)
+
+
+class PlainFormatIn(Doc):
+    type: Literal["text", "json_object"]
+
+
+class JsonSchemaFormatIn(Doc):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] | bool = Field(alias="schema")
+    name: str | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+class TextConfigIn(Doc):
+    format: PlainFormatIn | JsonSchemaFormatIn | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None  # accepted, not used
+
+
+class ReasoningConfigIn(Doc):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None  # accepted, not used
+
+
+class ConversationIn(Doc):
+    id: str
+
+
+class PromptIn(Doc):
+    id: str
+    version: str | None = None
+    variables: dict[str, Any] | None = None
+
+
 class ResponsesRequest(RequestBody):
     """The body of `POST /v1/responses`. Fields the API defines that kaname does not read are
     kept (extra) and listed in `kaname.ignored`."""
@@ -71,16 +293,16 @@ class ResponsesRequest(RequestBody):
     model_config = ConfigDict(extra="allow")
 
     model: str
-    # str | list of items | None, and a str | object: checked here, so that an error names
-    # the field rather than a member of a union
-    input: Any = None
+    # read by hand (see "the request's shape" above): an error names the field rather than
+    # a member of a union
+    input: Annotated[Any, DocumentedAs(str | list[InputItem] | None)] = None
     instructions: str | None = None
     previous_response_id: str | None = None
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: Annotated[list[Any] | None, DocumentedAs(list[ResponsesTool] | None)] = None
+    tool_choice: Annotated[Any, DocumentedAs(ResponsesToolChoice | None)] = None
     parallel_tool_calls: bool | None = None
-    text: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None
+    text: Annotated[dict[str, Any] | None, DocumentedAs(TextConfigIn | None)] = None
+    reasoning: Annotated[dict[str, Any] | None, DocumentedAs(ReasoningConfigIn | None)] = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -96,8 +318,8 @@ class ResponsesRequest(RequestBody):
     max_tool_calls: int | None = Field(default=None, ge=0)  # bounds built-in tools: none here
     # refused unless unset / off (see `refuse`)
     background: bool | None = None
-    conversation: Any = None
-    prompt: Any = None
+    conversation: Annotated[Any, DocumentedAs(str | ConversationIn | None)] = None
+    prompt: Annotated[Any, DocumentedAs(PromptIn | None)] = None
     top_logprobs: int | None = None
     # chat completions' and kaname's extensions
     seed: int | None = None
@@ -660,3 +882,198 @@ def status(result: TurnResult) -> str:
     return "incomplete" if result.finish == "length" else "completed"
 
 
+
+
+# ---- the answer's shape, as /openapi.json documents it ---------------------------------------
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+class OutputText(Wire):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any]
+    logprobs: list[Any]
+
+
+class ReasoningText(Wire):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class OutputMessage(Wire):
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    status: ItemStatus
+    content: list[OutputText]
+
+
+class OutputReasoning(Wire):
+    id: str
+    type: Literal["reasoning"]
+    summary: list[Any]
+    content: list[ReasoningText]
+    status: ItemStatus
+
+
+class OutputFunctionCall(Wire):
+    id: str
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str  # JSON text (a call cut off by max_output_tokens: as far as it went)
+    status: ItemStatus
+    namespace: str | None = None  # a namespace tool's function
+
+
+class OutputCustomToolCall(Wire):
+    id: str
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    namespace: str | None = None
+
+
+OutputItem = OutputMessage | OutputReasoning | OutputFunctionCall | OutputCustomToolCall
+ResponseStatus = Literal["in_progress", "completed", "incomplete", "failed"]
+
+
+class ResponseError(Wire):
+    code: str
+    message: str
+
+
+class IncompleteDetails(Wire):
+    reason: str
+
+
+class ReasoningEcho(Wire):
+    effort: str | None
+    summary: Any
+
+
+class InputTokensDetails(Wire):
+    cached_tokens: int
+
+
+class OutputTokensDetails(Wire):
+    reasoning_tokens: int
+
+
+class ResponseUsage(Wire):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class ResponseObject(Wire):
+    """A response (`POST /v1/responses` with `stream` false, `GET /v1/responses/{id}`, and the
+    `response` of the stream's lifecycle events). What the request set is echoed as sent."""
+
+    id: str
+    object: Literal["response"]
+    created_at: int
+    status: ResponseStatus
+    completed_at: int | None
+    background: bool
+    error: ResponseError | None
+    incomplete_details: IncompleteDetails | None
+    instructions: str | None
+    max_output_tokens: int | None
+    max_tool_calls: int | None
+    model: str
+    output: list[OutputItem]
+    parallel_tool_calls: bool
+    previous_response_id: str | None
+    prompt_cache_key: str | None
+    reasoning: ReasoningEcho
+    safety_identifier: str | None
+    service_tier: str
+    store: bool
+    temperature: float
+    text: dict[str, Any]
+    tool_choice: Any
+    tools: list[Any]
+    top_logprobs: int
+    top_p: float
+    truncation: str
+    user: str | None
+    metadata: dict[str, str]
+    usage: ResponseUsage | None  # once finished
+    kaname: TurnReport | None = None  # once finished
+
+
+class DeletedResponse(Wire):
+    """The body of `DELETE /v1/responses/{id}`."""
+
+    id: str
+    object: Literal["response.deleted"]
+    deleted: bool
+
+
+class LifecycleEvent(Wire):
+    type: Literal["response.created", "response.in_progress", "response.completed",
+                  "response.incomplete", "response.failed"]
+    sequence_number: int
+    response: ResponseObject
+
+
+class OutputItemEvent(Wire):
+    type: Literal["response.output_item.added", "response.output_item.done"]
+    sequence_number: int
+    output_index: int
+    item: OutputItem
+
+
+class ContentPartEvent(Wire):
+    type: Literal["response.content_part.added", "response.content_part.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText | ReasoningText
+
+
+class DeltaEvent(Wire):
+    type: Literal["response.output_text.delta", "response.reasoning_text.delta",
+                  "response.function_call_arguments.delta",
+                  "response.custom_tool_call_input.delta"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    delta: str
+    content_index: int | None = None  # text and reasoning
+    logprobs: list[Any] | None = None  # output text
+
+
+class DoneEvent(Wire):
+    type: Literal["response.output_text.done", "response.reasoning_text.done",
+                  "response.function_call_arguments.done",
+                  "response.custom_tool_call_input.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int | None = None  # text and reasoning
+    text: str | None = None  # text and reasoning
+    arguments: str | None = None  # function call
+    input: str | None = None  # custom tool call
+    name: str | None = None  # function call
+    logprobs: list[Any] | None = None  # output text
+
+
+class ErrorEvent(Wire):
+    """An error the stream could not turn into `response.failed`."""
+
+    type: Literal["error"]
+    code: str | None
+    message: str
+    param: str | None
+
+
+# One event of a streamed response (its SSE event name is its `type`)
+StreamEvent = (LifecycleEvent | OutputItemEvent | ContentPartEvent | DeltaEvent | DoneEvent
+               | ErrorEvent)

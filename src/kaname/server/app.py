@@ -14,16 +14,16 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Scope
 
 from ..chat import TurnResult
 from ..decoding import Generation
 from ..edges import chat as chat_edge
-from ..edges.chat import ChatCompletionRequest, ChatReply
+from ..edges.chat import ChatCompletion, ChatCompletionRequest, ChatReply
 from ..edges.common import error_pointer
-from ..edges.completions import CompletionRequest
+from ..edges.completions import Completion, CompletionRequest
 from ..errors import ConstraintError, KanameError
 from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching, usage
@@ -33,6 +33,7 @@ from .lifecycle import Lifecycle
 from .limits import BodyLimit, too_large
 from .messages_api import add_messages_routes
 from .metrics import Metrics
+from .openapi import Health, ModelList, install, route_doc
 from .responses_api import add_responses_routes
 from .sse import EventStream
 from .turn import Turn, Turns
@@ -97,16 +98,17 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         return APIError(status, str(e.detail), code="invalid_request" if status == 400
                         else None).response(shape)
 
-    @app.get("/health")
+    @app.get("/health", **route_doc(Health, "health"))
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", **route_doc(ModelList, "server"))
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": backend.model_id, "object": "model",
                                             "created": created, "owned_by": "kaname"}]}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse,
+             **route_doc(None, "server", summary="Prometheus metrics (text format 0.0.4)"))
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
@@ -114,7 +116,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     add_responses_routes(app, turns)
     add_messages_routes(app, turns)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", **route_doc(ChatCompletion, "turn", stream="chat",
+                                                         examples="chat"))
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         turn = turns.prepare(chat_edge.to_turn(req), deadline=turns.deadline(request))
         reply = ChatReply(turn.response_id, backend.model_id, turn.created)
@@ -124,7 +127,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             return EventStream(_stream_chat(turns, turn, reply, include_usage), slot)
         return JSONResponse(reply.body(await turns.complete(request, turn)))
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", **route_doc(Completion, "completion",
+                                                    stream="completion", examples="completion"))
     async def completions(req: CompletionRequest, request: Request) -> Response:
         turns.check_model(req.model)
         req.refuse()
@@ -168,6 +172,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             "usage": usage(gen),
             "kaname": {**ext, "enforced": gen.outside_grammar is None}})
 
+    install(app)
     return app
 
 

@@ -12,7 +12,15 @@ from starlette.responses import JSONResponse, Response
 
 from ..chat import TurnResult
 from ..edges import messages as edge
-from ..edges.messages import BlockEvents, CountTokensRequest, MessageReply, MessagesRequest
+from ..edges.messages import (
+    BlockEvents,
+    CountTokensRequest,
+    Message,
+    MessageReply,
+    MessagesRequest,
+    TokenCount,
+)
+from .openapi import route_doc
 from .sse import EventStream
 from .turn import Turn, Turns
 
@@ -20,7 +28,8 @@ from .turn import Turn, Turns
 def add_messages_routes(app: FastAPI, turns: Turns) -> None:
     """Register /v1/messages and /v1/messages/count_tokens on `app`."""
 
-    @app.post("/v1/messages")
+    @app.post("/v1/messages", **route_doc(Message, "turn", shape="anthropic",
+                                                stream="messages", examples="messages"))
     async def messages(req: MessagesRequest, request: Request) -> Response:
         # tool_use ids as Anthropic writes them; they come back as tool_result.tool_use_id
         turn = turns.prepare(edge.to_turn(req), deadline=turns.deadline(request),
@@ -31,7 +40,9 @@ def add_messages_routes(app: FastAPI, turns: Turns) -> None:
             return EventStream(_events(turns, turn, reply), slot, dialect="anthropic")
         return JSONResponse(reply.body(await turns.complete(request, turn)))
 
-    @app.post("/v1/messages/count_tokens")
+    @app.post("/v1/messages/count_tokens",
+              **route_doc(TokenCount, "count_tokens", shape="anthropic",
+                          examples="count_tokens"))
     async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, int]:
         """The prompt's tokens as the model sees them (rendered, tools included); nothing is
         generated."""

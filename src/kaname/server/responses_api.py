@@ -22,9 +22,18 @@ from starlette.responses import JSONResponse, Response
 
 from ..chat import TurnResult
 from ..edges import responses as edge
-from ..edges.responses import Context, Located, Output, ResponsesRequest, input_items
+from ..edges.responses import (
+    Context,
+    DeletedResponse,
+    Located,
+    Output,
+    ResponseObject,
+    ResponsesRequest,
+    input_items,
+)
 from ..errors import RequestError
 from .errors import APIError, api_error
+from .openapi import route_doc
 from .sse import EventStream
 from .turn import Turn, Turns
 
@@ -103,7 +112,8 @@ def add_responses_routes(app: FastAPI, turns: Turns) -> None:
     """Register /v1/responses on `app`."""
     store = ResponseStore()
 
-    @app.post("/v1/responses")
+    @app.post("/v1/responses", **route_doc(ResponseObject, "turn", stream="responses",
+                                                   examples="responses"))
     async def create_response(req: ResponsesRequest, request: Request) -> Response:
         parent = None
         if req.previous_response_id is not None:
@@ -130,14 +140,15 @@ def add_responses_routes(app: FastAPI, turns: Turns) -> None:
         _keep(store, ctx, body, parent)
         return JSONResponse(body)
 
-    @app.get("/v1/responses/{response_id}")
+    @app.get("/v1/responses/{response_id}", **route_doc(ResponseObject, "stored_response"))
     async def get_response(response_id: str) -> dict[str, Any]:
         entry = store.get(response_id)
         if entry is None:
             raise _not_found(response_id)
         return entry.response
 
-    @app.delete("/v1/responses/{response_id}")
+    @app.delete("/v1/responses/{response_id}",
+                **route_doc(DeletedResponse, "stored_response"))
     async def delete_response(response_id: str) -> dict[str, Any]:
         if not store.delete(response_id):
             raise _not_found(response_id)
