@@ -124,7 +124,11 @@ class Deadline:
                      stopped: Callable[[], APIError], late: Callable[[], APIError]) -> T:
         """`work`'s result, or `stopped()` once `flag` is set, or `late()` at the deadline;
         `work` is cancelled when it loses (a generation then stops at its next token), and
-        when this is (the client went away)."""
+        when this is (the client went away). Nothing starts once `flag` is set."""
+        if flag.is_set:
+            if asyncio.iscoroutine(work):
+                work.close()  # never started: no "never awaited" warning
+            raise stopped()
         task = asyncio.ensure_future(work)
         waiter = flag.waiter()
         either: set[asyncio.Future[Any]] = {task, waiter}

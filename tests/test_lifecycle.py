@@ -1,0 +1,108 @@
+"""A request's Deadline (server/lifecycle.py) on its own: the work's result when it is in time,
+a 504 at the deadline, a 503 once the server drains (waiting) or stops (running), and the work
+cancelled whenever it loses or its caller goes away."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kaname.server.errors import APIError
+from kaname.server.lifecycle import ARRIVAL, Lifecycle
+
+
+class Work:
+    """A coroutine that takes `seconds`, and records whether it was cancelled."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.cancelled = False
+
+    async def __call__(self) -> str:
+        try:
+            await asyncio.sleep(self.seconds)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        return "done"
+
+
+# times 0.15 s apart at least, so that a loaded machine cannot swap their order
+@settings(max_examples=24, deadline=None)
+@given(work=st.sampled_from([0.0, 0.3]), timeout=st.sampled_from([0.15, 0.6]),
+       drain_after=st.none() | st.sampled_from([0.0, 0.45]), phase=st.sampled_from(
+           ["queued", "running"]))
+def test_the_first_of_result_deadline_and_shutdown_decides(work, timeout, drain_after, phase):
+    """Whichever comes first: the work's result, the deadline (504) or the shutdown (503:
+    at once for waiting work, after the grace period, 0 here, for running work)."""
+    async def main() -> None:
+        life = Lifecycle(timeout)
+        scope: dict = {}
+        life.arrived(scope)
+        deadline = life.deadline(scope)
+        job = Work(work)
+        if drain_after is not None:  # waiting requests stop at once, running ones at grace
+            asyncio.get_running_loop().call_later(drain_after, life.drain, 0.0)
+        start = asyncio.get_running_loop().time()
+        try:
+            result = await getattr(deadline, phase)(job())
+        except APIError as e:
+            took = asyncio.get_running_loop().time() - start
+            assert job.cancelled
+            if e.status == 504:
+                assert e.code == "timeout" and took >= timeout - 0.01
+                assert work > timeout and (drain_after is None or drain_after > timeout)
+            else:
+                assert e.status == 503 and e.code == "shutting_down"
+                assert drain_after is not None and drain_after <= min(work, timeout)
+                assert took < drain_after + 0.1
+                assert ("grace period" in e.message) == (phase == "running")
+            return
+        assert result == "done" and not job.cancelled
+        assert work < timeout and (drain_after is None or drain_after >= work)
+
+    asyncio.run(main())
+
+
+def test_the_deadline_counts_from_arrival():
+    async def main() -> None:
+        life = Lifecycle(10.0)
+        now = asyncio.get_running_loop().time()
+        deadline = life.deadline({ARRIVAL: now - 9.9})  # arrived 9.9 s ago
+        assert deadline.left() < 0.11
+        with pytest.raises(APIError) as e:
+            await deadline.queued(Work(1.0)())
+        assert e.value.status == 504
+
+    asyncio.run(main())
+
+
+def test_a_caller_that_goes_away_cancels_the_work():
+    async def main() -> None:
+        life = Lifecycle(10.0)
+        job = Work(5.0)
+        task = asyncio.create_task(life.deadline({}).running(job()))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)
+        assert job.cancelled
+
+    asyncio.run(main())
+
+
+def test_nothing_waits_once_draining():
+    async def main() -> None:
+        life = Lifecycle(10.0)
+        life.drain(5.0)
+        with pytest.raises(APIError) as e:
+            await life.deadline({}).queued(Work(0.0)())
+        assert e.value.status == 503
+        # a running generation still has its grace period
+        assert await life.deadline({}).running(Work(0.01)()) == "done"
+
+    asyncio.run(main())
