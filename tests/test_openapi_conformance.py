@@ -80,7 +80,7 @@ def test_documented_examples_conform(server):
     assert {path for path, *_ in examples} == {
         "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
         "/v1/messages/count_tokens"}
-    streams = 0
+    streams = stored = 0
     for path, method, name, body in examples:
         case = schema[path][method].Case(body=body)
         response = case.call(timeout=60)
@@ -89,13 +89,30 @@ def test_documented_examples_conform(server):
         assert streamed == bool(body.get("stream")), (path, name)
         streams += streamed
         case.validate_response(response, checks=checks)
+        if path == "/v1/responses" and not streamed:
+            stored += _follow_links(schema, response.json()["id"], checks)
     assert streams >= 4
+    assert stored >= 1
+
+
+def _follow_links(schema, response_id: str, checks: list) -> int:
+    """What the document's links say a created response leads to: it can be read, deleted,
+    and then is gone (each answer checked like any other)."""
+    by_id = schema["/v1/responses/{response_id}"]
+    for method, status in (("GET", 200), ("DELETE", 200), ("GET", 404), ("DELETE", 404)):
+        case = by_id[method].Case(path_parameters={"response_id": response_id})
+        response = case.call(timeout=60)
+        assert response.status_code == status, (method, response.text[:300])
+        case.validate_response(response, checks=checks)
+        if status == 200:
+            assert response.json()["id"] == response_id
+    return 1
 
 
 def _run_schemathesis(url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     seed = os.environ.get("KANAME_SCHEMATHESIS_SEED", "1")
     command = [str(Path(sys.executable).parent / "schemathesis"), "run",
-               f"{url}/openapi.json", "--checks", ",".join(CHECKS), "--no-color",
+               f"{url}/openapi.json", "--no-color",
                "--continue-on-failure", "--request-timeout", "60", "--workers", "1",
                *(["--seed", seed] if seed != "random" else []), *args]
     # (in `cwd`: the CLI keeps its example database in ./.schemathesis)
@@ -103,12 +120,15 @@ def _run_schemathesis(url: str, cwd: Path, *args: str) -> subprocess.CompletedPr
 
 
 def test_schemathesis_finds_nothing(server, tmp_path):
-    """Coverage and fuzzing over every operation: no 5xx, no undocumented status, content
-    type or header, no body (or event) the document does not describe."""
+    """Examples, coverage, fuzzing and stateful phases over every operation: no 5xx, no
+    undocumented status, content type or header, no body (or event) the document does not
+    describe."""
     examples = os.environ.get("KANAME_SCHEMATHESIS_EXAMPLES", "15")
     start = time.monotonic()
-    run = _run_schemathesis(server.url, tmp_path, "--phases", "examples,coverage,fuzzing",
-                            "--max-examples", examples)
+    # stateful: the links (a created response is read, deleted, then gone: use_after_free)
+    run = _run_schemathesis(server.url, tmp_path, "--phases",
+                            "examples,coverage,fuzzing,stateful", "--max-examples", examples,
+                            "--checks", ",".join((*CHECKS, "use_after_free")))
     report = run.stdout[-15000:] + run.stderr[-3000:]
     assert run.returncode == 0, f"schemathesis found problems:\n{report}\n" \
                                 f"server log:\n{server.log()}"

@@ -219,15 +219,30 @@ EXAMPLES: dict[str, dict[str, dict[str, Any]]] = {
 
 # ---- a route's documentation ----------------------------------------------------------------
 
+# Where an answer leads (OpenAPI links: clients and schemathesis' stateful phase follow them):
+# a stored response is read and deleted by the id the answer gave
+_BY_ID = {"response_id": "$response.body#/id"}
+LINKS: dict[str, dict[str, Any]] = {
+    "created_response": {
+        "GetResponse": {"operationId": "get_response", "parameters": _BY_ID},
+        "DeleteResponse": {"operationId": "delete_response", "parameters": _BY_ID}},
+    "stored_response": {
+        "DeleteResponse": {"operationId": "delete_response", "parameters": _BY_ID}},
+}
+
+
 def route_doc(body: Any | None, statuses: str, *, shape: Shape = "openai",
               stream: str | None = None, examples: str | None = None,
+              links: str | None = None, operation_id: str | None = None,
               summary: str | None = None) -> dict[str, Any]:
     """Keyword arguments for a route decorator: its 200 (`body`, JSON, and with `stream` its
-    event stream), every error status it can answer, in `shape`, and its request's
-    `EXAMPLES`."""
+    event stream; `LINKS` to where it leads), every error status it can answer, in `shape`,
+    and its request's `EXAMPLES`."""
     ok: dict[str, Any] = {"description": "Success"}
     if body is not None:
         ok["model"] = body
+    if links is not None:
+        ok["links"] = LINKS[links]
     if stream is not None:
         item, what = STREAMS[stream]
         ok["description"] = f"Success. With `stream: true`, server-sent events: {what}."
@@ -246,6 +261,8 @@ def route_doc(body: Any | None, statuses: str, *, shape: Shape = "openai",
                          for name, value in EXAMPLES[examples].items()}}}}}
     if summary is not None:
         doc["summary"] = summary
+    if operation_id is not None:
+        doc["operation_id"] = operation_id
     return doc
 
 

@@ -113,7 +113,8 @@ def add_responses_routes(app: FastAPI, turns: Turns) -> None:
     store = ResponseStore()
 
     @app.post("/v1/responses", **route_doc(ResponseObject, "turn", stream="responses",
-                                                   examples="responses"))
+                                                   examples="responses",
+                                                   links="created_response"))
     async def create_response(req: ResponsesRequest, request: Request) -> Response:
         parent = None
         if req.previous_response_id is not None:
@@ -140,7 +141,9 @@ def add_responses_routes(app: FastAPI, turns: Turns) -> None:
         _keep(store, ctx, body, parent)
         return JSONResponse(body)
 
-    @app.get("/v1/responses/{response_id}", **route_doc(ResponseObject, "stored_response"))
+    @app.get("/v1/responses/{response_id}",
+             **route_doc(ResponseObject, "stored_response", links="stored_response",
+                         operation_id="get_response"))
     async def get_response(response_id: str) -> dict[str, Any]:
         entry = store.get(response_id)
         if entry is None:
@@ -148,7 +151,8 @@ def add_responses_routes(app: FastAPI, turns: Turns) -> None:
         return entry.response
 
     @app.delete("/v1/responses/{response_id}",
-                **route_doc(DeletedResponse, "stored_response"))
+                **route_doc(DeletedResponse, "stored_response",
+                            operation_id="delete_response"))
     async def delete_response(response_id: str) -> dict[str, Any]:
         if not store.delete(response_id):
             raise _not_found(response_id)
