@@ -175,6 +175,40 @@ def test_a_lone_surrogate_anywhere_is_a_400_naming_it(client, path, which, offse
     assert "surrogate" in message
 
 
+def _holds_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        return any(0xD800 <= ord(ch) <= 0xDFFF for ch in value)
+    if isinstance(value, dict):
+        return any(map(_holds_surrogate, value)) or any(map(_holds_surrogate, value.values()))
+    return isinstance(value, list) and any(map(_holds_surrogate, value))
+
+
+texts = st.sampled_from(["a", "é", "", "x\ud800", "\udfff y"]) | st.text(max_size=3)
+bodies = st.recursive(texts | st.integers() | st.none(), lambda inner: st.lists(
+    inner, max_size=40) | st.dictionaries(texts, inner, max_size=20), max_leaves=120)
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True)
+@given(body=bodies)
+def test_the_surrogate_check_finds_one_where_there_is_one(body):
+    """The C encoder's answer, then the walk narrowed by slices: found exactly where a brute
+    force finds one, and the pointer leads to a string (or an object's key) that holds it."""
+    from kaname.edges.common import lone_surrogate
+
+    found = lone_surrogate(body)
+    assert (found is not None) == _holds_surrogate(body)
+    if found is None:
+        return
+    node: Any = body
+    for step in found[0].split("/")[1:] if found[0] != "/" else []:
+        step = step.replace("~1", "/").replace("~0", "~")
+        node = node[int(step)] if isinstance(node, list) else node[step]
+    if found[1] == "the string":
+        assert isinstance(node, str) and _holds_surrogate(node)
+    else:
+        assert isinstance(node, dict) and any(map(_holds_surrogate, node))
+
+
 def test_paired_surrogates_are_text(client):
     """An escaped pair ("\\ud83d\\ude00") is one character, served like any other."""
     for path, body in APIS.items():
