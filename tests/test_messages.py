@@ -434,6 +434,7 @@ schemas = mostly(st.sampled_from([
 text_block = st.builds(lambda t: {"type": "text", "text": t}, text)
 odd_blocks = st.sampled_from([
     {"type": "image", "source": {}}, {"type": "document"}, {"type": "x"}, {"text": "no type"},
+    {"type": {}}, {"type": ["text"]},  # (an unhashable type was a 500: schemathesis found it)
     {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": []},
     {"type": "tool_result", "tool_use_id": "", "content": "ok"},
     {"type": "thinking", "thinking": "in the wrong place"}])

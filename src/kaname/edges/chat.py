@@ -17,6 +17,7 @@ from ..errors import RequestError
 from ..formats import items
 from ..formats.request import ReasoningAsk, Tool, TurnRequest
 from .common import (
+    DocumentedAs,
     Loose,
     OpenAIToolName,
     Refused,
@@ -67,9 +68,23 @@ class ToolCallIn(Loose):
         return self
 
 
+class TextPart(Loose):
+    type: Literal["text"]
+    text: str
+
+
+class OtherPart(Loose):
+    """A part the API defines that a text-only model cannot read (image_url, input_audio,
+    file...): a 400 naming it. Documented so that clients see what is defined."""
+
+    type: str
+
+
 class ChatMessage(Loose):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    # parts are read by hand (`_text`): an error names the part
+    content: Annotated[str | list[dict[str, Any]] | None,
+                       DocumentedAs(str | list[TextPart | OtherPart] | None)] = None
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None
     tool_call_id: str | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -27,6 +27,7 @@ from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import JsonSchema
 from .common import (
     AnthropicToolName,
+    DocumentedAs,
     KanameOptions,
     Loose,
     RequestBody,
@@ -73,10 +74,19 @@ class ToolUseBlockIn(Loose):
     input: dict[str, Any]
 
 
+class OtherBlockIn(Loose):
+    """A block Anthropic's API defines that a text-only model cannot read (image, document,
+    search_result...): a 400 naming it. Documented so that clients see what is defined."""
+
+    type: str
+
+
 class ToolResultBlockIn(Loose):
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1)
-    content: list[dict[str, Any]] = Field(default_factory=list)
+    content: Annotated[list[dict[str, Any]],
+                       DocumentedAs(str | list[TextBlockIn | OtherBlockIn])] = \
+        Field(default_factory=list)
     is_error: bool = False
 
     @field_validator("content", mode="before")
@@ -105,12 +115,26 @@ class ToolIn(Loose):
         return v
 
 
+class ServerToolIn(Loose):
+    """A tool Anthropic runs (web search, code execution...: `type` names its version): not
+    offered to the model here, listed in `kaname.ignored`."""
+
+    type: str
+    name: str
+
+
+# What the request's block lists hold, as /openapi.json documents them: each block is read by
+# its own model (`BLOCKS`) when the edge reaches it, so an error points at the block.
+BlockIn = (TextBlockIn | ThinkingBlockIn | RedactedThinkingBlockIn | ToolUseBlockIn
+           | ToolResultBlockIn | OtherBlockIn)
+
+
 # ---- the request ---------------------------------------------------------------------------
 
 class MessageIn(Loose):
     # "system": the per-turn-control / mid-conversation betas put system text between turns
     role: Literal["user", "assistant", "system"]
-    content: list[dict[str, Any]]
+    content: Annotated[list[dict[str, Any]], DocumentedAs(str | list[BlockIn])]
 
     @field_validator("content", mode="before")
     @classmethod
@@ -162,8 +186,10 @@ class CountTokensRequest(RequestBody):
 
     model: str
     messages: list[MessageIn] = Field(min_length=1)
-    system: list[dict[str, Any]] | None = None
-    tools: list[dict[str, Any]] | None = None
+    system: Annotated[list[dict[str, Any]] | None,
+                      DocumentedAs(str | list[TextBlockIn | OtherBlockIn] | None)] = None
+    tools: Annotated[list[dict[str, Any]] | None,
+                     DocumentedAs(list[ToolIn | ServerToolIn] | None)] = None
     tool_choice: ToolChoiceIn | None = None
     thinking: ThinkingIn | None = None
     output_config: OutputConfigIn | None = None
@@ -249,13 +275,13 @@ def _block(raw: Any, at: str, holder: str) -> Any:
     """One content block, read by the model for its type in `holder` (user, assistant, system,
     tool_result)."""
     kind = raw.get("type") if isinstance(raw, dict) else None
+    if not isinstance(kind, str):  # (first: a type such as {} cannot even be looked up)
+        raise RequestError("each content block needs a type: " + ", ".join(BLOCKS[holder]),
+                           pointer=f"{at}/type")
     if kind in UNREADABLE:
         raise RequestError(f"{kind} blocks are not supported: this server's model reads text "
                            "only; send the content as text", pointer=f"{at}/type",
                            code="unsupported_parameter")
-    if not isinstance(kind, str):
-        raise RequestError("each content block needs a type: " + ", ".join(BLOCKS[holder]),
-                           pointer=f"{at}/type")
     model = BLOCKS[holder].get(kind)
     if model is None:
         where = {"system": "system", "tool_result": "a tool_result's content"}.get(
