@@ -13,6 +13,7 @@ import pytest
 
 from kaname.bench import common
 from kaname.bench import engine_bench as eb
+from kaname.bench import sampling_bench as sb
 from kaname.grammar import GrammarCompiler
 from kaname.runtimes.llamacpp import Vocab
 from kaname.runtimes.random_logits import RandomLogitsRuntime
@@ -117,6 +118,56 @@ def test_report_aggregates_hand_computed() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# `kaname bench sampling` (also the "sampling" key of `kaname bench engine`)
+
+
+def test_sampling_ratios_and_targets_hand_computed() -> None:
+    medians = {"greedy": 1.0, "temperature": 1.5, "top_p": 1.8, "top_k": 1.5, "min_p": 2.0}
+    ratios = sb._ratios(medians)
+    assert ratios == pytest.approx({"temperature_over_greedy": 1.5, "top_p_over_temperature": 1.2,
+                                    "top_k_over_temperature": 1.0,
+                                    "min_p_over_temperature": 4 / 3})
+    assert sb.targets_met(ratios) == {"temperature_over_greedy": True,
+                                      "top_p_over_temperature": True,  # 1.2 <= 1.2
+                                      "top_k_over_temperature": True,
+                                      "min_p_over_temperature": False}
+    assert not sb.targets_met({**ratios, "temperature_over_greedy": 2.01})[
+        "temperature_over_greedy"]
+
+
+def test_sampling_turns_rotate_every_mode() -> None:
+    turns = list(sb._turns(len(sb.MODES)))
+    assert [rep for rep, _ in turns] == list(range(len(sb.MODES)))
+    assert all(sorted(order) == sorted(sb.MODES) for _, order in turns)
+    assert sorted(order[0] for _, order in turns) == sorted(sb.MODES)  # each goes first once
+
+
+@pytest.mark.model
+def test_bench_sampling_quick_json() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kaname.cli", "bench", "sampling", "--quick", "--json"],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)  # exactly one JSON object, nothing else on stdout
+    part = data["in_process"]
+    assert part["config"]["n_vocab"] == 262_144
+    for key in ("pick_and_commit_us_p50", "step_us_p50"):
+        assert set(part[key]) == set(sb.MODES)
+        assert all(_finite_positive(v) for v in part[key].values()), key
+    step = part["step_us_p50"]
+    assert part["ratios_step"]["top_p_over_temperature"] == pytest.approx(
+        step["top_p"] / step["temperature"])
+    for endpoint in ("chat", "completions"):
+        server = data["server"][endpoint]
+        assert all(_finite_positive(v) for v in server["ms_per_token_p50"].values())
+        assert all(_finite_positive(v) for v in server["cpu_ms_per_token_p50"].values())
+        assert min(server["completion_tokens"]) > 0
+        assert set(data["targets_met"][endpoint]) == set(server["ratios"])
+    assert data["targets"] == {"temperature_over_greedy_max": 2.0,
+                               "truncation_over_temperature_max": 1.2}
+
+
+# ---------------------------------------------------------------------------------------------
 # Both paths agree on every greedy step (random logits: many full-mask steps, no model needed)
 
 
@@ -158,4 +209,6 @@ def test_bench_engine_quick_json() -> None:
     assert data["targets"] == {"overhead_ratio_max": 0.5, "tps_ratio_min": 1.0}
     assert isinstance(data["machine"], str) and data["machine"]
     assert data["greedy_mismatches"] == 0
+    sampling = data["sampling"]["step_us_p50"]  # (c): the sampling modes on the random model
+    assert set(sampling) == set(sb.MODES) and all(map(_finite_positive, sampling.values()))
     assert proc.returncode == 0, proc.stderr

@@ -341,6 +341,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 @_exit_codes
+def cmd_bench_sampling(args: argparse.Namespace) -> int:
+    from .bench import sampling_bench
+
+    return sampling_bench.main(quick=args.quick, as_json=args.json, url=args.url,
+                               server=not args.no_server)
+
+
+@_exit_codes
 def cmd_bench_toolcall(args: argparse.Namespace) -> int:
     from .bench import toolcall
 
@@ -578,6 +586,15 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--quick", action="store_true", help="small inputs (smoke run)")
     be.add_argument("--json", action="store_true", help="print one JSON object")
     be.set_defaults(func=cmd_bench)
+    bsa = bs.add_parser("sampling", help="sampling cost per token (greedy, temperature, top_p, "
+                        "top_k, min_p) on the random model: in process and through the server")
+    bsa.add_argument("--quick", action="store_true", help="one short run per mode (smoke run)")
+    bsa.add_argument("--json", action="store_true", help="print one JSON object")
+    bsa.add_argument("--url", default=None,
+                     help="measure this running server (default: start `kaname serve --model "
+                     "random` on a free port)")
+    bsa.add_argument("--no-server", action="store_true", help="in process only")
+    bsa.set_defaults(func=cmd_bench_sampling)
     bt = bs.add_parser("toolcall", help="K2VV tool-call benchmark against an OpenAI-compatible "
                        "endpoint: schema accuracy and trigger F1")
     _bench_toolcall_arguments(bt)

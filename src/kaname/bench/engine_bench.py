@@ -12,6 +12,9 @@
     The order of the two paths alternates per step so neither always finds warm caches.
 (b) Tokens/s end to end: Engine.generate with a JSON schema vs the same loop with no matcher
     (same prompt, same max_tokens), medians over repetitions.
+(c) Sampling per token (greedy, temperature, + top_p / top_k / min_p) on the random-logits model
+    over the same 262k vocabulary, in process: the "sampling" key, from `kaname bench sampling`
+    (which also measures it through the server).
 
 The workload, `common.CASES`, is shared with `kaname bench e2e`.
 """
@@ -41,6 +44,7 @@ from ..engine import Engine
 from ..errors import KanameError
 from ..grammar import CompiledConstraint
 from ..runtimes.base import Runtime
+from . import sampling_bench
 from .common import CASES, Case, machine, percentile, version_of
 
 TARGETS = {"overhead_ratio_max": 0.5, "tps_ratio_min": 1.0}
@@ -390,6 +394,8 @@ def print_tables(data: dict[str, Any]) -> None:
         f"forced share {data['forced_share']:.1%}, lazy-hit share {data['lazy_hit_share']:.1%}, "
         f"greedy mismatches {data['greedy_mismatches']}\n"
         f"machine: {data['machine']}")
+    if "sampling" in data:
+        sampling_bench.print_in_process(data["sampling"])
 
 
 def run(config: Config, quick: bool) -> dict[str, Any]:
@@ -403,6 +409,9 @@ def run(config: Config, quick: bool) -> dict[str, Any]:
         print(f"kaname bench: {case.name}…", file=sys.stderr)
         results.append(run_case(engine, case, config))
     data = report(results, config, quick)
+    print("kaname bench: sampling modes on the random model…", file=sys.stderr)
+    data["sampling"] = sampling_bench.in_process(sampling_bench.QUICK if quick
+                                                 else sampling_bench.FULL)
     # Timings on a shared machine are only as good as its idleness: record the load around
     # the run (this run itself adds ~1-2 to it) so a reader can tell a disturbed run.
     data["run"] = {"started_utc": started,
