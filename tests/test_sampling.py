@@ -149,10 +149,14 @@ def test_kept_set_on_a_262k_row():
             got = row.top_p_prefix(top_p, allows)
         np.testing.assert_array_equal(got, expected, err_msg=str((top_k, top_p, min_p)))
     row = masked_row(z, allowed, 0.8, "refuse")
-    expected, _ = reference(z, allowed, 0.8, top_p=0.9)
-    inside = set(expected.tolist())
-    for i in rng.choice(np.flatnonzero(allowed), 200, replace=False):
-        assert row.top_p_keeps(int(i), 0.9) == (int(i) in inside)
+    ranked_all, _ = reference(z, allowed, 0.8)
+    for top_p in (0.9, 0.3):
+        expected, _ = reference(z, allowed, 0.8, top_p=top_p)
+        inside = set(expected.tolist())
+        # random tokens (a top_p_keeps that reads only some chunks), and those at the boundary
+        edge = ranked_all[len(expected) - 3: len(expected) + 3]
+        for i in [*rng.choice(np.flatnonzero(allowed), 100, replace=False), *edge]:
+            assert row.top_p_keeps(int(i), top_p) == (int(i) in inside), (top_p, i)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,7 +232,14 @@ def test_refused_path_is_the_one_taken():
     masks.fill(FixedMask(allowed))
     assert masks.allowed_ids() is None
     np.testing.assert_array_equal(masks.refused_ids(), np.arange(100, 260))
+    np.testing.assert_array_equal(masks.known_refused(), np.arange(100, 260))  # remembered
+    other = allowed.copy()
+    other[5] = False
+    masks.fill(FixedMask(other))  # another mask: not the remembered one
+    assert masks.known_refused() is None
+    np.testing.assert_array_equal(masks.refused_ids(), [5, *range(100, 260)])
     masks.SPARSE_WORDS = MASK_PATHS["dense"]
+    masks.fill(FixedMask(allowed))
     assert masks.refused_ids() is None
     np.testing.assert_array_equal(masks.allowed_bits(), allowed)
 

@@ -28,7 +28,7 @@ class MaskBuffer:
         self.words = np.zeros((tokenizer_vocab + 31) // 32, dtype=np.int32)
         self.masked = np.empty(n_vocab, dtype=np.float32)
         self._nbits = min(n_vocab, tokenizer_vocab)
-        self._refused: tuple[NDArray[np.int32], NDArray[np.int64]] | None = None
+        self._refused: tuple[bytes, NDArray[np.int64]] | None = None  # (words, their ids)
 
     def fill(self, matcher: llg.LLMatcher) -> None:
         matcher.unsafe_compute_mask_ptr(self.words.ctypes.data, self.words.nbytes)
@@ -42,21 +42,29 @@ class MaskBuffer:
         ids = (nz[:, None] * 32 + _LANES)[bits.astype(bool)]
         return ids[ids < self._nbits]
 
+    def known_refused(self) -> NDArray[np.int64] | None:
+        """`refused_ids()` when the mask is the one it last answered for (free text refuses
+        the same tokens at every step), else None; a comparison of the words alone."""
+        if self._refused is not None and self._refused[0] == self.words.tobytes():
+            return self._refused[1]
+        return None
+
     def refused_ids(self) -> NDArray[np.int64] | None:
         """Refused token ids below n_vocab when few are refused, else None (use
         `allowed_bits`). Ids past the tokenizer's vocabulary are refused."""
         partial = self.words != -1  # -1: all 32 bits set
         if np.count_nonzero(partial) > self.SPARSE_WORDS:
             return None
-        if self._refused is not None and np.array_equal(self._refused[0], self.words):
-            return self._refused[1]  # free text refuses the same tokens at every step
+        known = self.known_refused()
+        if known is not None:
+            return known
         at = np.flatnonzero(partial)
         bits = np.unpackbits(self.words[at].view(np.uint8), bitorder="little")
         ids = (at[:, None] * 32 + _LANES)[~bits.reshape(-1, 32).astype(bool)]
         ids = ids[ids < self._nbits]
         if self.n_vocab > self._nbits:
             ids = np.concatenate([ids, np.arange(self._nbits, self.n_vocab)])
-        self._refused = (self.words.copy(), ids)
+        self._refused = (self.words.tobytes(), ids)
         return ids
 
     def allows(self, ids: NDArray[np.int64]) -> NDArray[np.bool_]:

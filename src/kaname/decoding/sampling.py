@@ -124,14 +124,16 @@ class TokenPicker:
         """A draw from the masked (then truncated) distribution; `self.row` holds the row."""
         self._fill(matcher)
         p = self.params
-        ids = self.masks.allowed_ids()
-        if ids is not None:
-            self.stats.sparse_masks += 1
-            if len(ids) == 0:
-                raise dead_end(matcher)
-            sub = Tempered(len(ids))
-            sub.set(logits[ids], p.temperature)
-            return int(ids[self._draw(sub)])
+        refused = self.masks.known_refused()
+        if refused is None:
+            ids = self.masks.allowed_ids()
+            if ids is not None:
+                self.stats.sparse_masks += 1
+                if len(ids) == 0:
+                    raise dead_end(matcher)
+                sub = Tempered(len(ids))
+                sub.set(logits[ids], p.temperature)
+                return int(ids[self._draw(sub)])
         row, allows = self.row, self.masks.allows
         if p.top_p >= 1 and (p.top_k or p.min_p > 0):
             # top_k and min_p read the top of the row alone: the mask is asked about those
@@ -140,7 +142,8 @@ class TokenPicker:
             if len(kept) == 0:
                 raise dead_end(matcher)
             return row.draw_among(kept, self.rng)
-        refused = self.masks.refused_ids()
+        if refused is None:
+            refused = self.masks.refused_ids()
         if refused is not None:
             row.refuse(refused)
         else:

@@ -42,7 +42,7 @@ TINY = 1e-25
 # Draws tried against top_p before the kept prefix is built explicitly.
 TOP_P_TRIES = 8
 _SUBSAMPLE = 4096
-_CHUNK = 65536
+_CHUNK = 32768
 
 # Which of some token ids the grammar allows (MaskBuffer.allows).
 Allows = Callable[[NDArray[np.int64]], NDArray[np.bool_]]
@@ -63,6 +63,7 @@ class Tempered:
         self.top_id = 0
         self._total = 0.0
         self._summed = False
+        self._chunked: tuple[int, NDArray[np.float64], list[int]] | None = None
         self._sums = np.zeros(size // self.block, dtype=np.float32)
         self._cum = np.zeros(size // self.block, dtype=np.float64)
 
@@ -100,6 +101,7 @@ class Tempered:
             self._sums[blocks] = self._w.reshape(-1, self.block)[blocks].sum(axis=1)
             np.cumsum(self._sums, dtype=np.float64, out=self._cum)
             self._total = float(self._cum[-1])
+            self._chunked = None
 
     def keep(self, allowed: NDArray[np.bool_]) -> None:
         """Weigh zero what `allowed` (one flag per id from 0; ids beyond it) does not allow."""
@@ -128,6 +130,7 @@ class Tempered:
         np.cumsum(self._sums, dtype=np.float64, out=self._cum)
         self._total = float(self._cum[-1])
         self._summed = True
+        self._chunked = None
 
     # -----------------------------------------------------------------------------------------
     # Draws
@@ -184,20 +187,27 @@ class Tempered:
         return bool(za > zb or (za == zb and a < b))
 
     def top_p_keeps(self, i: int, top_p: float) -> bool:
-        """Whether `i` is in the smallest ranked prefix holding top_p of the mass. One pass:
-        the weight of the tokens at or above i's logit, less i's own, bounds the mass ranked
-        before i from above (tokens tied with i rank after it when their id is larger), and
-        is that mass when nothing ties."""
+        """Whether `i` is in the smallest ranked prefix holding top_p of the mass.
+
+        At most one pass, by chunks, heaviest first: the weight of the tokens at or above i's
+        logit, less i's own, bounds the mass ranked before i from above (tokens tied with i
+        rank after it when their id is larger, and are subtracted at the end). With the
+        chunks not yet read counted in full, the bound often proves i kept early: a draw lies
+        below top_p with probability top_p, most of the time well below (a third of a pass on
+        average at top_p 0.9 on a flat distribution)."""
         z, zi, w = self.z, self.z[i], self._w[: self.n]
-        before = -float(w[i])
-        for lo in range(0, self.n, _CHUNK):  # by chunks: the 0/1 row stays in cache
-            f = self._scratch[: min(_CHUNK, self.n - lo)]
-            np.greater_equal(z[lo: lo + _CHUNK], zi, out=f, casting="unsafe")
-            before += float(np.dot(f, w[lo: lo + _CHUNK]))
         total = self.total
         bound, margin = top_p * total, MARGIN * total
-        if before < bound - margin:
-            return True
+        span, masses, order = self._chunks()
+        before, unread = -float(w[i]), total
+        for k in order:
+            lo = k * span
+            f = self._scratch[: min(span, self.n - lo)]
+            np.greater_equal(z[lo: lo + span], zi, out=f, casting="unsafe")
+            before += float(np.dot(f, w[lo: lo + span]))
+            unread -= float(masses[k])
+            if before + unread < bound - margin:
+                return True
         tied_after = z[i + 1:] == zi
         if tied_after.any():
             before -= float(w[i + 1:][tied_after].sum(dtype=np.float64))
@@ -205,6 +215,18 @@ class Tempered:
             return before < bound
         p = self._exact_probabilities()
         return float(p[z > zi].sum() + p[:i][z[:i] == zi].sum()) < top_p
+
+    def _chunks(self) -> tuple[int, NDArray[np.float64], list[int]]:
+        """(tokens per chunk, each chunk's weight, chunks heaviest first), from the block sums
+        (computed once per row)."""
+        self._sum_blocks()
+        if self._chunked is None:
+            span = max(1, _CHUNK // self.block) * self.block
+            ends = self._cum[np.minimum(np.arange(span, self.n + span, span) // self.block,
+                                        len(self._cum)) - 1]
+            masses = np.diff(ends, prepend=0.0)
+            self._chunked = (span, masses, np.argsort(-masses).tolist())
+        return self._chunked
 
     def prefix(self, top_k: int = 0, min_p: float = 0.0, allows: Allows | None = None, *,
                ranked: bool = True) -> NDArray[np.int64]:
