@@ -133,6 +133,8 @@ def test_sampling_ratios_and_targets_hand_computed() -> None:
                                       "min_p_over_temperature": False}
     assert not sb.targets_met({**ratios, "temperature_over_greedy": 2.01})[
         "temperature_over_greedy"]
+    del medians["min_p"]  # a mode the server ignores is not measured there
+    assert "min_p_over_temperature" not in sb._ratios(medians)
 
 
 def test_sampling_turns_rotate_every_mode() -> None:
@@ -157,8 +159,11 @@ def test_bench_sampling_quick_json() -> None:
     step = part["step_us_p50"]
     assert part["ratios_step"]["top_p_over_temperature"] == pytest.approx(
         step["top_p"] / step["temperature"])
+    ignored = data["server"]["modes_ignored_by_the_server"]
+    assert set(ignored) <= {"top_k", "min_p"}  # top_p is an OpenAI field: always measured
     for endpoint in ("chat", "completions"):
         server = data["server"][endpoint]
+        assert set(server["ms_per_token_p50"]) == set(sb.MODES) - set(ignored)
         assert all(_finite_positive(v) for v in server["ms_per_token_p50"].values())
         assert all(_finite_positive(v) for v in server["cpu_ms_per_token_p50"].values())
         assert min(server["completion_tokens"]) > 0
