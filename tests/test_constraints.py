@@ -21,6 +21,7 @@ from kaname import (
     to_constraint,
 )
 from kaname.grammar import GrammarCompiler, Guards
+from kaname.grammar.cache import MATCHER_BASE_BYTES
 
 
 class Person(pydantic.BaseModel):
@@ -118,7 +119,8 @@ def test_not_a_constraint():
 
 
 def test_cache_hits_and_bounds(gemma):
-    c = GrammarCompiler(gemma.tokenizer, cache_size=2)
+    # room for two small entries (each ~a matcher's fixed part), not three
+    c = GrammarCompiler(gemma.tokenizer, cache_bytes=int(2.5 * MATCHER_BASE_BYTES))
     a = c.compile(Regex("a+"))
     assert c.compile(Regex("a+")) is a and c.hits == 1
     c.compile(Regex("b+"))

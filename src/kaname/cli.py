@@ -282,9 +282,10 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         _fail("--tokenizer is for --upstream mode; a local model brings its own vocabulary")
     if args.upstream and not args.upstream.startswith(("http://", "https://")):
         _fail("--upstream must be an http(s) URL such as http://127.0.0.1:8001/v1")
-    for name in ("max_concurrency", "max_queue", "port"):
+    for name in ("max_concurrency", "max_queue", "port", "compile_cache_mb"):
         value = getattr(args, name)
-        if value is not None and value < (0 if name == "max_queue" else 1):
+        if value is not None and value < (0 if name in ("max_queue", "compile_cache_mb")
+                                          else 1):
             _fail(f"--{name.replace('_', '-')} is out of range")
     return ServerConfig(
         model=args.model, format=args.format, host=args.host, port=args.port,
@@ -296,7 +297,8 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         strict_level=args.strict_level, reasoning=args.reasoning,
         max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
-        max_tokens_limit=args.max_tokens_limit, seed=args.seed or 0,
+        max_tokens_limit=args.max_tokens_limit, compile_cache_mb=args.compile_cache_mb,
+        seed=args.seed or 0,
         guards=Guards(**{k: v for k, v in vars(args).items() if k in _GUARD_OPTIONS}),
         chat_template=_chat_template(args.chat_template, args.model))
 
@@ -553,8 +555,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "requests in flight (default 64)")
     s.add_argument("--max-queue", type=int, default=64,
                    help="requests waiting beyond those; more are answered 429")
-    s.add_argument("--request-timeout", type=float, default=300.0, help="seconds (504 after)")
+    s.add_argument("--request-timeout", type=float, default=300.0,
+                   help="seconds for one request from its arrival, preparing it (prompt, "
+                        "grammar) and queueing included (504 after)")
     s.add_argument("--max-tokens-limit", type=int, default=8192)
+    s.add_argument("--compile-cache-mb", type=int, default=256, metavar="MB",
+                   help="memory for compiled grammars (an LRU; each entry's size estimated "
+                        "from its grammar, docs/benchmarks.md); 0 keeps none")
     _ctx_size_argument(s)
     # defaults are Guards()'s (15, 8, off, off, off), read when serving: the parser imports
     # nothing

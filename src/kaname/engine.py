@@ -24,11 +24,12 @@ class Engine:
     time per runtime (a lock serialises them, since a model context is single-stream)."""
 
     def __init__(self, runtime: Runtime, *, guards: Guards | None = None,
-                 cache_size: int = 256, compiler: GrammarCompiler | None = None):
+                 cache_bytes: int = GrammarCompiler.CACHE_BYTES,
+                 compiler: GrammarCompiler | None = None):
         self.runtime = runtime
         # Engines over one vocabulary (a server's replicas) may share one compile cache.
         self.compiler = compiler or GrammarCompiler(runtime.tokenizer, guards=guards,
-                                                    cache_size=cache_size)
+                                                    cache_bytes=cache_bytes)
         self._lock = threading.Lock()
 
     @classmethod

@@ -148,7 +148,7 @@ class KanameAdapter(_LLGuidanceWalk):
         from ..grammar import GrammarCompiler
 
         self.version = version("kaname")
-        self.compiler = GrammarCompiler(vocab.tokenizer, cache_size=0)
+        self.compiler = GrammarCompiler(vocab.tokenizer, cache_bytes=0, refused_bytes=0)
 
     def compile(self, schema_text: str, schema: Any) -> Any:
         from ..grammar import JsonSchema

@@ -2,7 +2,9 @@
 
 The compiler is tokenizer-bound: a grammar is only accepted once llguidance built a matcher
 for it on this vocabulary, so special-token names and parser limits are checked up front.
-Compiled results live in a bounded LRU keyed by the canonical constraint and the guards.
+What it compiled, and what it refused, is remembered in LRUs bounded by bytes (cache.py), keyed
+by the hash of the canonical constraint and the guards: sending a refused 1 MB schema again
+costs a lookup and gets the same error.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import hashlib
 import json
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from ..errors import (
     InvalidSchemaError,
     UnsupportedSchemaError,
 )
+from .cache import ByteLRU, Refusal, compiled_size, key_hash
 from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
 from .dialect import dialect_of
 from .guards import Guards
@@ -171,22 +173,29 @@ def default_limits() -> llg.LLParserLimits:
 
 
 class GrammarCompiler:
-    """Turns constraints into matchers for one tokenizer; thread-safe, with an LRU cache."""
+    """Turns constraints into matchers for one tokenizer; thread-safe, with byte-bounded LRUs
+    of what it compiled and what it refused."""
 
     # Above this the constraint is refused before llguidance sees it: a 100k-alternative Lark
     # grammar took ~23 s to reach llguidance's own symbol limit here.
     MAX_CONSTRAINT_BYTES = 1 << 20
+    # The compile cache's default budget (`kaname serve --compile-cache-mb`): a few hundred
+    # agent tool sets or a thousand small schemas (docs/benchmarks.md, "Compile cache").
+    CACHE_BYTES = 256 << 20
+    # Refused constraints: ~1 kB each (the error), so some thousands.
+    REFUSED_BYTES = 4 << 20
 
     def __init__(self, tokenizer: llg.LLTokenizer, *, guards: Guards | None = None,
-                 cache_size: int = 256, limits: llg.LLParserLimits | None = None,
+                 cache_bytes: int = CACHE_BYTES, refused_bytes: int = REFUSED_BYTES,
+                 limits: llg.LLParserLimits | None = None,
                  max_constraint_bytes: int = MAX_CONSTRAINT_BYTES):
         self.tokenizer = tokenizer
         self.max_constraint_bytes = max_constraint_bytes
         self.guards = guards or Guards()
         self.limits = limits or default_limits()
-        self.cache_size = cache_size
-        self._cache: OrderedDict[str, CompiledConstraint] = OrderedDict()
-        self._lock = threading.Lock()
+        self.cache: ByteLRU[CompiledConstraint] = ByteLRU(cache_bytes)
+        self.refused: ByteLRU[Refusal] = ByteLRU(refused_bytes)
+        self._counts = threading.Lock()
         self.hits = 0
         self.misses = 0
 
@@ -205,22 +214,34 @@ class GrammarCompiler:
             raise GrammarTooComplexError(
                 f"constraint is too costly to compile: {len(key)} bytes, the limit is "
                 f"{self.max_constraint_bytes}")
-        with self._lock:
-            hit = self._cache.get(key)
-            if hit is not None:
-                self._cache.move_to_end(key)
-                self.hits += 1
-                return hit
-            self.misses += 1
+        digest = key_hash(key)
+        hit = self.cache.get(digest)
+        if hit is not None:
+            self._count(hit=True)
+            return hit
+        refusal = self.refused.get(digest)
+        if refusal is not None:
+            self._count(hit=True)
+            raise refusal.error()
+        self._count(hit=False)
         try:
-            compiled = self._compile(c, g)
-        except RecursionError as e:
-            raise GrammarTooComplexError("constraint is nested too deeply") from e
-        with self._lock:
-            self._cache[key] = compiled
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            try:
+                compiled = self._compile(c, g)
+            except RecursionError as e:
+                raise GrammarTooComplexError("constraint is nested too deeply") from e
+        except ConstraintError as e:  # a property of the constraint: the same every time
+            refusal = Refusal.of(e)
+            self.refused.put(digest, refusal, refusal.size)
+            raise
+        self.cache.put(digest, compiled, compiled_size(compiled.grammar, len(key)))
         return compiled
+
+    def _count(self, *, hit: bool) -> None:
+        with self._counts:
+            if hit:
+                self.hits += 1
+            else:
+                self.misses += 1
 
     def _compile(self, c: Constraint, g: Guards) -> CompiledConstraint:
         if isinstance(c, JsonSchema | JsonObject):

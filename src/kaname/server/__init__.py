@@ -44,8 +44,9 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
         # The grammar's special tokens are ids of this vocabulary: it must be the upstream's.
         tokenizer = _load_tokenizer(config.tokenizer) if config.tokenizer else \
             make_runtime().tokenizer
-        compiler = GrammarCompiler(tokenizer, guards=config.guards)
-        metrics = Metrics(lambda: (compiler.hits, compiler.misses))
+        compiler = GrammarCompiler(tokenizer, guards=config.guards,
+                                   cache_bytes=config.compile_cache_bytes())
+        metrics = Metrics(lambda: (compiler.hits, compiler.misses), lambda: compiler.cache.bytes)
         backend: Backend = UpstreamBackend(
             config.upstream, config.upstream_model, config.model_id(),
             tokenizer, compiler, metrics, api_key=config.upstream_api_key,
@@ -53,11 +54,12 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
             request_timeout=config.request_timeout, dialect=config.upstream_dialect,
             end_marker=fmt.end_of_turn)
     else:
-        first = Engine(make_runtime(), guards=config.guards)
+        first = Engine(make_runtime(), guards=config.guards,
+                       cache_bytes=config.compile_cache_bytes())
         compiler = first.compiler
         engines = [first] + [Engine(make_runtime(), compiler=compiler)
                              for _ in range(config.concurrency() - 1)]
-        metrics = Metrics(lambda: (compiler.hits, compiler.misses))
+        metrics = Metrics(lambda: (compiler.hits, compiler.misses), lambda: compiler.cache.bytes)
         backend = LocalBackend(engines, config.model_id(), metrics, max_queue=config.max_queue,
                                request_timeout=config.request_timeout)
     app = create_app(config, backend, metrics)

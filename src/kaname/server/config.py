@@ -32,6 +32,7 @@ class ServerConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     max_tools: int = 128
     max_tokens_limit: int = 8192
+    compile_cache_mb: int = 256     # compiled grammars kept (an LRU bounded by bytes)
     # the output budget of a request that sends none; None: what fits, up to
     # max_tokens_limit (Codex sends none, and an apply_patch call runs to thousands of tokens)
     default_max_tokens: int | None = None
@@ -45,6 +46,9 @@ class ServerConfig:
     # turn starts with a reasoning block) or "off" (the model does not reason: no request can
     # switch it on). None: "on" for formats with a reasoning block.
     reasoning: Literal["on", "off", "required"] | None = None
+
+    def compile_cache_bytes(self) -> int:
+        return self.compile_cache_mb << 20
 
     def concurrency(self) -> int:
         return self.max_concurrency or (64 if self.upstream else 1)

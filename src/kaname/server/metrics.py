@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
 class Metrics:
-    def __init__(self, cache_stats: Callable[[], tuple[int, int]]):
+    def __init__(self, cache_stats: Callable[[], tuple[int, int]],
+                 cache_bytes: Callable[[], int] = lambda: 0):
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("kaname_requests", "HTTP requests by endpoint and status",
@@ -26,7 +27,7 @@ class Metrics:
         self.not_enforced = Counter("kaname_upstream_not_enforced",
                                     "Upstream completions the replay matcher rejected",
                                     registry=r)
-        r.register(_CacheCollector(cache_stats))
+        r.register(_CacheCollector(cache_stats, cache_bytes))
 
     def observe_constraint_ns(self, values: list[int]) -> None:
         for v in values:
@@ -37,10 +38,12 @@ class Metrics:
 
 
 class _CacheCollector:
-    """Compile-cache hits and misses, read from the compiler at scrape time."""
+    """Compile-cache hits and misses, and the bytes it holds (estimated, grammar/cache.py),
+    read from the compiler at scrape time."""
 
-    def __init__(self, stats: Callable[[], tuple[int, int]]):
+    def __init__(self, stats: Callable[[], tuple[int, int]], size: Callable[[], int]):
         self._stats = stats
+        self._size = size
 
     def collect(self):  # type: ignore[no-untyped-def]
         hits, misses = self._stats()
@@ -49,3 +52,6 @@ class _CacheCollector:
         c.add_metric(["hit"], hits)
         c.add_metric(["miss"], misses)
         yield c
+        yield GaugeMetricFamily("kaname_compile_cache_bytes",
+                                "Compiled grammars kept, in estimated bytes (at most "
+                                "--compile-cache-mb)", value=self._size())
