@@ -1,6 +1,6 @@
 """A request's Deadline (server/lifecycle.py) on its own: the work's result when it is in time,
-a 504 at the deadline, a 503 once the server drains (waiting) or stops (running), and the work
-cancelled whenever it loses or its caller goes away."""
+a 504 at the deadline, a 503 once the server drains (preparing, waiting) or stops (running),
+and the work cancelled whenever it loses or its caller goes away."""
 
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ class Work:
 
 
 # times 0.15 s apart at least, so that a loaded machine cannot swap their order
-@settings(max_examples=24, deadline=None)
+@settings(max_examples=36, deadline=None)
 @given(work=st.sampled_from([0.0, 0.3]), timeout=st.sampled_from([0.15, 0.6]),
        drain_after=st.none() | st.sampled_from([0.0, 0.45]), phase=st.sampled_from(
-           ["queued", "running"]))
+           ["preparing", "queued", "running"]))
 def test_the_first_of_result_deadline_and_shutdown_decides(work, timeout, drain_after, phase):
     """Whichever comes first: the work's result, the deadline (504) or the shutdown (503:
     at once for waiting work, after the grace period, 0 here, for running work)."""

@@ -29,7 +29,7 @@ from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching, usage
 from .config import ServerConfig
 from .errors import APIError, api_error, shape_of
-from .lifecycle import Lifecycle
+from .lifecycle import Deadline, Lifecycle
 from .limits import BodyLimit, too_large
 from .messages_api import add_messages_routes
 from .metrics import Metrics
@@ -45,6 +45,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        turns.workers.shutdown()
         await backend.aclose()
 
     app = FastAPI(title="kaname", version="0.1.0", lifespan=lifespan,
@@ -119,7 +120,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     @app.post("/v1/chat/completions", **route_doc(ChatCompletion, "turn", stream="chat",
                                                          examples="chat"))
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
-        turn = turns.prepare(chat_edge.to_turn(req), deadline=turns.deadline(request))
+        turn = await turns.prepare(chat_edge.to_turn(req), deadline=turns.deadline(request))
         reply = ChatReply(turn.response_id, backend.model_id, turn.created)
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -132,25 +133,9 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     async def completions(req: CompletionRequest, request: Request) -> Response:
         turns.check_model(req.model)
         req.refuse()
-        constraint, at = req.constraint()
-        prompt = req.prompt_text()
-        stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-        params = gen_params(budget(backend, prompt, req.max_tokens, 16, turns.limit,
-                                   "/prompt"),
-                            req.temperature, req.top_p, req.seed, [s for s in stops if s])
-        guards = backend.compiler.guards
-        if req.kaname is not None and req.kaname.guards is not None:
-            guards = req.kaname.guards.over(guards)
-        try:
-            compiled = backend.compiler.compile(constraint, guards=guards)
-        except ConstraintError as e:  # its pointer is into the constraint: moved under `at`
-            raise e.at(at) from e
-        ext = {"grammar_hash": compiled.grammar_hash, "constraint": type(constraint).__name__,
-               "not_enforced": [asdict(n) for n in compiled.not_enforced],
-               "caps": compiled.caps,
-               "budget": {"asked": req.max_tokens, "served": params.max_tokens}}
-        call = Call(backend, prompt, compiled, params, req.allow_unenforced,
-                    turns.deadline(request))
+        deadline = turns.deadline(request)
+        call, ext, at = await turns.off_loop(
+            deadline, lambda: _prepare_completion(turns, req, deadline))
         response_id = f"cmpl-{uuid.uuid4().hex}"
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -189,6 +174,31 @@ def endpoint_label(routes: Sequence[BaseRoute], scope: Scope) -> str:
         if match == Match.PARTIAL and partial == UNMATCHED:
             partial = route.path
     return partial
+
+
+def _prepare_completion(turns: Turns, req: CompletionRequest, deadline: Deadline
+                        ) -> tuple[Call, dict[str, Any], str]:
+    """The completion's call (prompt counted, constraint compiled: run off the event loop),
+    what its `kaname` field reports, and where its constraint was in the body."""
+    backend = turns.backend
+    constraint, at = req.constraint()
+    prompt = req.prompt_text()
+    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    params = gen_params(budget(backend, backend.count_tokens(prompt), req.max_tokens, 16,
+                               turns.limit, "/prompt"),
+                        req.temperature, req.top_p, req.seed, [s for s in stops if s])
+    guards = backend.compiler.guards
+    if req.kaname is not None and req.kaname.guards is not None:
+        guards = req.kaname.guards.over(guards)
+    try:
+        compiled = backend.compiler.compile(constraint, guards=guards)
+    except ConstraintError as e:  # its pointer is into the constraint: moved under `at`
+        raise e.at(at) from e
+    ext = {"grammar_hash": compiled.grammar_hash, "constraint": type(constraint).__name__,
+           "not_enforced": [asdict(n) for n in compiled.not_enforced],
+           "caps": compiled.caps,
+           "budget": {"asked": req.max_tokens, "served": params.max_tokens}}
+    return Call(backend, prompt, compiled, params, req.allow_unenforced, deadline), ext, at
 
 
 def _authorized(request: Request, key: str) -> bool:

@@ -77,12 +77,11 @@ async def generate_streamed(call: Call
             task.cancel()
 
 
-def budget(backend: Backend, prompt: str, asked: int | None, default: int, limit: int,
+def budget(backend: Backend, prompt_tokens: int, asked: int | None, default: int, limit: int,
            param: str) -> int:
     """The output budget served (see `token_budget`)."""
-    n_ctx = backend.n_ctx
-    return token_budget(backend.count_tokens(prompt) if n_ctx is not None else None, asked,
-                        default=default, limit=limit, n_ctx=n_ctx, param=param)
+    return token_budget(prompt_tokens, asked, default=default, limit=limit, n_ctx=backend.n_ctx,
+                        param=param)
 
 
 def gen_params(max_tokens: int, temperature: float | None, top_p: float | None,

@@ -32,8 +32,8 @@ def add_messages_routes(app: FastAPI, turns: Turns) -> None:
                                                 stream="messages", examples="messages"))
     async def messages(req: MessagesRequest, request: Request) -> Response:
         # tool_use ids as Anthropic writes them; they come back as tool_result.tool_use_id
-        turn = turns.prepare(edge.to_turn(req), deadline=turns.deadline(request),
-                             call_ids="toolu_")
+        turn = await turns.prepare(edge.to_turn(req), deadline=turns.deadline(request),
+                                   call_ids="toolu_")
         reply = MessageReply(req, turn.response_id, turns.backend.model_id)
         if req.stream:
             slot = await turns.admit(turn)
@@ -46,15 +46,15 @@ def add_messages_routes(app: FastAPI, turns: Turns) -> None:
     async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, int]:
         """The prompt's tokens as the model sees them (rendered, tools included); nothing is
         generated."""
-        turn = turns.prepare(edge.to_turn(req), deadline=turns.deadline(request))
-        return {"input_tokens": turns.backend.count_tokens(turn.call.prompt)}
+        turn = await turns.prepare(edge.to_turn(req), deadline=turns.deadline(request))
+        return {"input_tokens": turn.prompt_tokens}
 
 
 async def _events(turns: Turns, turn: Turn, reply: MessageReply
                   ) -> AsyncGenerator[dict[str, Any], None]:
     """message_start, ping, the blocks' events, message_delta, message_stop."""
     yield {"type": "message_start", "message": reply.head(
-        [], edge.usage(None, turns.backend.count_tokens(turn.call.prompt)))}
+        [], edge.usage(None, turn.prompt_tokens))}
     yield {"type": "ping"}
     blocks = BlockEvents(reply)
     async with aclosing(turns.stream(turn)) as items:

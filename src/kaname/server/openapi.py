@@ -95,7 +95,8 @@ GENERATION = (*ANY, 400, 404, 429, 500, 502, 503, 504)
 STATUSES: dict[str, tuple[int, ...]] = {
     "turn": (*GENERATION, 422),  # chat, Responses, Messages: the answer is parsed
     "completion": GENERATION,  # raw text: nothing to parse
-    "count_tokens": (*ANY, 400, 404, 504),  # prepares the turn (under its deadline)
+    # prepares the turn, under its deadline (504), not once the server drains (503)
+    "count_tokens": (*ANY, 400, 404, 503, 504),
     "stored_response": (*ANY, 404),
     "server": ANY,  # /v1/models, /metrics
     "health": (413,),

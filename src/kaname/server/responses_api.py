@@ -127,7 +127,7 @@ def add_responses_routes(app: FastAPI, turns: Turns) -> None:
         if not history and not input_items(req):
             raise RequestError("give at least one input item (or a previous_response_id)",
                                pointer="/input")
-        turn = turns.prepare(edge.to_turn(req, history), deadline=turns.deadline(request))
+        turn = await turns.prepare(edge.to_turn(req, history), deadline=turns.deadline(request))
         ctx = Context(req, turn.response_id, turn.created, turns.backend.model_id, history)
         namespaces = {t.name: t.namespace for t in turn.request.tools if t.namespace}
         if req.stream:

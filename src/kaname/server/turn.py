@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TypeVar, cast
 
 from fastapi import Request
 
@@ -30,15 +30,19 @@ from .calls import Call, budget, count, gen_params, generate_streamed, run_watch
 from .config import ServerConfig
 from .lifecycle import Deadline, Lifecycle
 from .metrics import Metrics
+from .workers import Workers
+
+T = TypeVar("T")
 
 
 @dataclass
 class Turn:
-    """A prepared turn: prompt rendered, grammar compiled, budget counted."""
+    """A prepared turn: prompt rendered and counted, grammar compiled, budget counted."""
 
     call: Call
     prepared: PreparedTurn
     asked_tokens: int | None  # the output budget the request asked for
+    prompt_tokens: int
     id_prefix: str = field(default_factory=new_call_id_prefix)  # tool-call ids of this turn
     response_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
@@ -60,6 +64,7 @@ class Turns:
         self.fmt = get_format(config.format)
         # no budget exceeds what the model can hold
         self.limit = min(config.max_tokens_limit, backend.n_ctx or config.max_tokens_limit)
+        self.workers = Workers()  # where requests are prepared, off the event loop
 
     def check_model(self, model: str) -> None:
         if not self.config.accepts_model(model):
@@ -69,9 +74,20 @@ class Turns:
         """The request's deadline (`--request-timeout` from its arrival)."""
         return self.lifecycle.deadline(request.scope)
 
-    def prepare(self, req: TurnRequest, *, deadline: Deadline, call_ids: str = "call_") -> Turn:
-        """`deadline`: the request's (`Turns.deadline`), which its generation keeps;
-        `call_ids`: how this API's tool-call ids start (they come back in tool results)."""
+    async def prepare(self, req: TurnRequest, *, deadline: Deadline, call_ids: str = "call_"
+                      ) -> Turn:
+        """The turn ready to generate: prompt rendered, tokens counted, grammar compiled, all
+        off the event loop within `deadline` (`off_loop`). `deadline`: the request's
+        (`Turns.deadline`), which its generation keeps; `call_ids`: how this API's tool-call
+        ids start (they come back in tool results)."""
+        return await self.off_loop(deadline, lambda: self._prepare(req, deadline, call_ids))
+
+    async def off_loop(self, deadline: Deadline, work: Callable[[], T]) -> T:
+        """`work()` (too slow for the event loop: rendering, tokenizing, compiling) on a worker
+        thread, within `deadline`: past it a 504, and the work is stopped."""
+        return await deadline.preparing(self.workers.run(work))
+
+    def _prepare(self, req: TurnRequest, deadline: Deadline, call_ids: str) -> Turn:
         backend, config = self.backend, self.config
         self.check_model(req.model)
         if len(req.tools) > config.max_tools:
@@ -82,14 +98,15 @@ class Turns:
                            reasoning_default=config.reasoning,
                            strict_default=config.strict_level)
         prompt = prepared.prompt_without_bos
-        served = budget(backend, prompt, req.max_tokens,
+        prompt_tokens = backend.count_tokens(prompt)
+        served = budget(backend, prompt_tokens, req.max_tokens,
                         config.default_max_tokens or self.limit, self.limit,
                         req.origins.messages)
         s = req.sampling
         params = gen_params(served, s.temperature, s.top_p, s.seed, list(s.stop))
         compiled = backend.compiler.compile(Lark(prepared.grammar))
         call = Call(backend, prompt, compiled, params, req.allow_unenforced, deadline)
-        return Turn(call, prepared, req.max_tokens, new_call_id_prefix(call_ids))
+        return Turn(call, prepared, req.max_tokens, prompt_tokens, new_call_id_prefix(call_ids))
 
     async def admit(self, turn: Turn) -> Slot:
         """Take a generation slot before a stream's 200 is sent, so that a full queue is a
