@@ -63,6 +63,35 @@ def test_byte_lru_is_never_over_budget_and_keeps_the_most_recent(budget, ops):
         assert {k for k in model.entries} == {k for k in (f"k{i}" for i in range(8)) if k in lru}
 
 
+class Interrupted(BaseException):
+    pass
+
+
+def test_an_update_interrupted_half_way_leaves_a_working_lru(monkeypatch):
+    """As an abandoned compile's thread is stopped (an exception at any instruction): between
+    cachetools storing an entry and ordering it. The LRU starts afresh, and stays bounded."""
+    import cachetools
+
+    lru: ByteLRU[str] = ByteLRU(100)
+    lru.put("a", "A", 40)
+    store = cachetools.Cache.__setitem__
+
+    def half_way(self, key, value):  # stored, then stopped before the order is updated
+        store(self, key, value)
+        raise Interrupted
+
+    monkeypatch.setattr(cachetools.LRUCache.__setitem__, "__defaults__", (half_way,))
+    try:
+        lru.put("b", "B", 40)
+    except Interrupted:
+        pass
+    monkeypatch.undo()
+    for i in range(20):  # every entry can be evicted again
+        assert lru.put(f"k{i}", "v", 30)
+        assert lru.bytes <= 100
+    assert "b" not in lru and len(lru) == 3
+
+
 def test_a_refused_constraint_is_answered_from_memory(gemma):
     c = GrammarCompiler(gemma.tokenizer)
     errors = []

@@ -53,16 +53,27 @@ def key_hash(key: str) -> str:
 
 class ByteLRU(Generic[V]):
     """A thread-safe LRU of at most `max_bytes`, each value's size given when it is put. A
-    value larger than the whole budget is not kept."""
+    value larger than the whole budget is not kept.
+
+    An exception may interrupt an update half-way (the server stops an abandoned compile by
+    raising one in its thread, server/workers.py), which would leave cachetools' entries and
+    their order apart; the LRU then starts afresh rather than keep an entry it cannot evict."""
 
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
-        self._lru: LRUCache[str, tuple[V, int]] = LRUCache(max_bytes, getsizeof=_size)
+        self._lru = self._new()
         self._lock = threading.Lock()
+
+    def _new(self) -> LRUCache[str, tuple[V, int]]:
+        return LRUCache(self.max_bytes, getsizeof=_size)
 
     def get(self, key: str) -> V | None:
         with self._lock:
-            hit = self._lru.get(key)  # an LRU's get moves the key to the front
+            try:
+                hit = self._lru.get(key)  # an LRU's get moves the key to the front
+            except BaseException:
+                self._lru = self._new()
+                raise
         return None if hit is None else hit[0]
 
     def put(self, key: str, value: V, size: int) -> bool:
@@ -70,10 +81,14 @@ class ByteLRU(Generic[V]):
         budget."""
         size = max(size, 1)
         with self._lock:
-            if size > self.max_bytes:
-                self._lru.pop(key, None)
-                return False
-            self._lru[key] = (value, size)
+            try:
+                if size > self.max_bytes:
+                    self._lru.pop(key, None)
+                    return False
+                self._lru[key] = (value, size)
+            except BaseException:
+                self._lru = self._new()
+                raise
         return True
 
     @property

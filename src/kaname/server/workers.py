@@ -12,7 +12,9 @@ request is answered at once, and the thread stops at its next Python instruction
 `Abandoned` exception is raised in it (CPython's PyThreadState_SetAsyncExc: Python code cannot
 be stopped from outside otherwise). A call into llguidance is not interrupted; llguidance's
 own limits (`LLParserLimits`: lexer fuel, grammar size, items per row) bound it, and the
-exception is raised as it returns.
+exception is raised as it returns. What such work shares must survive an exception at any
+instruction: `with` blocks release their locks, and the compile cache starts afresh where
+one interrupts its update (grammar/cache.py).
 """
 
 from __future__ import annotations
