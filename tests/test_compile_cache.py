@@ -148,3 +148,26 @@ def test_the_cache_is_bounded_by_bytes_and_its_estimate_covers_what_an_entry_cos
         small.compile(words(3000))
         assert small.cache.bytes <= small.cache.max_bytes
     assert 1 <= len(small.cache) <= 3
+
+
+def test_a_refused_big_constraint_is_not_quoted_whole(gemma):
+    """llguidance quotes the grammar line an error is on; a large schema is one line. The 400
+    (and the refused memory) keeps a window around the error, its carets still under it."""
+    from kaname.errors import UnsupportedSchemaError
+    from kaname.grammar import JsonSchema
+
+    props: dict = {f"p{i:05d}": {"type": "string"} for i in range(400)}
+    props["zz"] = {"type": "string", "pattern": "^(?=a)b"}  # look-ahead: refused
+    c = GrammarCompiler(gemma.tokenizer)
+    try:
+        c.compile(JsonSchema({"type": "object", "properties": props}, strict=True))
+    except UnsupportedSchemaError as e:
+        message = e.message
+    assert "look-around" in message and len(message) < 2000, len(message)
+    lines = message.splitlines()
+    quoted = [i for i, ln in enumerate(lines) if "(?=a)" in ln]
+    assert quoted, message
+    caret = lines[quoted[0] + 1]
+    assert caret.strip().startswith("^") and \
+        lines[quoted[0]][len(caret) - len(caret.lstrip()):].startswith("(?=a)")
+    assert c.refused.bytes < 4000

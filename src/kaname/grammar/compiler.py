@@ -506,10 +506,34 @@ def _not_enforced(messages: list[str], schema: Any) -> list[NotEnforced]:
 
 
 def _first_line(message: str) -> str:
-    """llguidance's message without its parser-state dump and location trailer."""
+    """llguidance's message without its parser-state dump and location trailer, its quotes of
+    the grammar cut to what is around the error (`_excerpts`)."""
     head = message.strip().split("\n<state>")[0]
-    return "\n".join(ln for ln in head.splitlines()
-                     if not ln.strip().startswith("while processing")).strip()
+    return "\n".join(_excerpts([ln for ln in head.splitlines()
+                                if not ln.strip().startswith("while processing")])).strip()
+
+
+_QUOTE = 240  # characters of a quoted grammar line kept in an error
+_CARETS = re.compile(r"^( *)(\^+) *$")
+
+
+def _excerpts(lines: list[str]) -> list[str]:
+    """`lines` with each one longer than `_QUOTE` cut to a window around the error: the
+    columns its next line's carets mark, or else its start. llguidance quotes the grammar
+    line an error is on, and a 1 MB schema is one line: its 400 (and the refused-constraint
+    memory) would hold all of it."""
+    out = []
+    for i, line in enumerate(lines):
+        if len(line) <= _QUOTE:
+            out.append(line)
+            continue
+        m = _CARETS.match(lines[i + 1]) if i + 1 < len(lines) else None
+        start = max(0, len(m.group(1)) - _QUOTE // 3) if m else 0
+        cut = line[start:start + _QUOTE]
+        out.append(("..." if start else "") + cut + ("..." if start + _QUOTE < len(line) else ""))
+        if m:  # the carets, moved with the window
+            lines[i + 1] = " " * (len(m.group(1)) - start + (3 if start else 0)) + m.group(2)
+    return out
 
 
 def _cache_key(c: Constraint, g: Guards) -> str:
