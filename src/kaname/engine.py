@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .decoding import Enforced, Generation, SamplingParams, Usage, decode
+from .decoding.loop import Drafting
 from .errors import ContextLengthError
 from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, to_constraint
 from .runtimes.base import Runtime
@@ -57,12 +58,15 @@ class Engine:
         stop: Sequence[str] = (),
         guards: Guards | None = None,
         lazy: bool = True,
+        drafting: Drafting = "verify",
         on_tokens: Callable[[list[int]], None] | None = None,
     ) -> Generation:
         """Generate text valid for `response_format` (any shape `to_constraint` accepts, or a
         CompiledConstraint from this engine's compiler; None = free text). Raises
-        ConstraintError for a constraint that cannot be enforced. `on_tokens` streams the
-        committed token ids (see `decode`)."""
+        ConstraintError for a constraint that cannot be enforced. `drafting`: "verify" (drafts
+        the model checks: the same answers, faster), "off" (one token per model call) or
+        "force" (forced tokens unverified, as kaname did before: may change answers).
+        `on_tokens` streams the committed token ids (see `decode`)."""
         compiled = response_format if isinstance(response_format, CompiledConstraint) \
             else self.compile(response_format, guards=guards)
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
@@ -71,7 +75,8 @@ class Engine:
         check_context(len(tokens), max_tokens, self.runtime.n_ctx)
         with self._lock:
             decoded = decode(self.runtime, tokens, compiled.new_matcher(), params,
-                             max_tokens=max_tokens, stop=stop, lazy=lazy, on_tokens=on_tokens)
+                             max_tokens=max_tokens, stop=stop, lazy=lazy, on_tokens=on_tokens,
+                             drafting=drafting)
         return _checked(decoded, compiled, response_format)
 
 

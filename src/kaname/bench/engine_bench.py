@@ -42,7 +42,7 @@ from ..decoding import SamplingParams, TokenPicker, decode
 from ..decoding.masks import MaskBuffer
 from ..engine import Engine
 from ..errors import KanameError
-from ..grammar import CompiledConstraint
+from ..grammar import CompiledConstraint, Matcher
 from ..runtimes.base import Runtime
 from . import sampling_bench
 from .common import CASES, Case, machine, percentile, version_of
@@ -119,12 +119,12 @@ def _commit(matcher: llg.LLMatcher, token: int, eos: frozenset[int]) -> list[int
     return forced
 
 
-def _kaname_path(picker: TokenPicker, matcher: llg.LLMatcher, logits: NDArray[np.float32],
+def _kaname_path(picker: TokenPicker, matcher: Matcher, logits: NDArray[np.float32],
                  eos: frozenset[int]) -> tuple[int, list[int], int, int]:
     t0 = time.perf_counter_ns()
     token = picker.pick(logits, matcher)
     t1 = time.perf_counter_ns()
-    forced = _commit(matcher, token, eos)
+    forced = _commit(matcher.llg, token, eos)
     t2 = time.perf_counter_ns()
     return token, forced, t1 - t0, t2 - t1
 
@@ -156,7 +156,7 @@ def trace_steps(runtime: Runtime, compiled: CompiledConstraint, prompt: Sequence
     produced = 0
     logits = runtime.start(prompt)
     while produced < max_tokens and not matcher.is_stopped():
-        shadow = matcher.deep_copy()
+        shadow = matcher.llg.deep_copy()
         # The plain path masks in place, so it gets a copy. Copying also brings a freshly
         # computed row into this core's cache: its first touch (~60 µs here) counts for neither.
         row = logits.copy()

@@ -19,7 +19,10 @@ FinishReason = Literal["stop", "length"]
 class Usage:
     prompt_tokens: int
     completion_tokens: int
-    forced_tokens: int
+    # tokens the grammar forced (with drafts: forced drafts the model accepted)
+    forced_tokens: int = 0
+    draft_tokens: int = 0  # proposed as drafts (forced bytes, prompt n-grams) and checked
+    draft_accepted: int = 0  # of those, chosen by the model and kept
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,15 @@
-"""The decoding loop: pick → commit → forced tokens in one runtime call → repeat.
+"""The decoding loop: pick → commit → draft → the model checks the draft in one call → repeat.
+
+Each step picks a token from the model's logits under the grammar, then proposes a draft of
+the tokens likely to follow (the grammar's forced bytes, or a continuation found in the prompt:
+`drafts.py`) and evaluates the token and the draft in one runtime call, with logits at every
+draft position. A draft token is kept only where the picker, run on the logits at its position
+exactly as it would run without drafts, chooses it; at the first disagreement the picker's own
+choice is the next token and the rest is rolled back (matcher and KV cache). So drafting never
+changes an answer: greedy output is byte-identical to decoding one token per step, and sampled
+output has the same distribution (a draft is accepted with the probability the picker gives
+it, and a rejection leaves exactly the rest of that distribution). `drafting="force"` is the
+old jump-forward (forced tokens committed without the model's say), kept for comparison.
 
 Stops when the grammar is complete (no token but end-of-sequence can follow), when the model
 ends an accepting output, at a stop string, or at max_tokens ("length": never reported as
@@ -9,103 +20,179 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
-import llguidance as llg
+import numpy as np
+from numpy.typing import NDArray
 
+from ..grammar.matcher import Matcher
 from ..runtimes.base import Runtime
+from .drafts import Drafter
 from .generation import FinishReason, Generation, Usage
 from .masks import MaskBuffer
 from .sampling import SamplingParams, TokenPicker, dead_end
+
+# verify: forced tokens and prompt n-grams as drafts the model verifies (exact);
+# force: forced tokens committed unverified (changes answers); off: one token per model call
+Drafting = Literal["verify", "force", "off"]
+
+
+class _StopString(Exception):
+    def __init__(self, at: int, sequence: str):
+        self.at, self.sequence = at, sequence
 
 
 def decode(
     runtime: Runtime,
     prompt: Sequence[int],
-    matcher: llg.LLMatcher | None,
+    matcher: Matcher | None,
     params: SamplingParams,
     *,
     max_tokens: int,
     stop: Sequence[str] = (),
     lazy: bool = True,
     on_tokens: Callable[[list[int]], None] | None = None,
+    drafting: Drafting = "verify",
 ) -> Generation:
-    """Generate up to `max_tokens` tokens after `prompt`; `matcher=None` means unconstrained.
+    """Generate up to `max_tokens` tokens after `prompt`; `matcher=None` means unconstrained
+    (and undrafted: the baseline).
 
-    `on_tokens` sees each step's new tokens (sampled + forced) as they are committed, except a
-    step that completes a stop string; an exception it raises ends the generation (that is how
-    a server cancels one).
+    `on_tokens` sees the new tokens as they are committed, except those that complete a stop
+    string; an exception it raises ends the generation (that is how a server cancels one).
     """
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
-    tok = runtime.tokenizer
-    masks = MaskBuffer(runtime.n_vocab, tok.vocab_size)
-    eos = frozenset(runtime.eos_token_ids)
-    picker = TokenPicker(params, masks, eos, lazy=lazy)
-    out: list[int] = []
-    forced = 0
-    costs: list[int] = []
-    started = time.perf_counter_ns()
-    logits = runtime.start(prompt)
-    model_ns = time.perf_counter_ns() - started
-    first_token_ns = 0
-    finish: FinishReason = "length"
-    text_bytes = b""
-    while len(out) < max_tokens:
-        if matcher is not None and matcher.is_stopped():
-            finish = "stop"
-            break
-        t0 = time.perf_counter_ns()
-        if matcher is None:
-            token = picker.pick_unconstrained(logits)
-        else:
-            token = picker.pick(logits, matcher)
-        if token in eos:
-            costs.append(time.perf_counter_ns() - t0)
-            finish = "stop"
-            break
-        new = [token]
-        if matcher is not None:
-            if not matcher.consume_token(token):
-                raise dead_end(matcher)  # a parser limit, or an internal error
-            ff = matcher.compute_ff_tokens()[: max_tokens - len(out) - 1]
-            if ff:
-                if not matcher.consume_tokens(ff):
-                    raise dead_end(matcher)
-                forced += len(ff)
-                new += ff
-        costs.append(time.perf_counter_ns() - t0)
-        if not first_token_ns:
-            first_token_ns = time.perf_counter_ns() - started
-        out += new
-        if stop:
-            text_bytes += tok.decode_bytes(new)
-            hit = _stop_at(text_bytes, stop)
+    return _Run(runtime, prompt, matcher, params, max_tokens, stop, lazy, on_tokens,
+                drafting).run()
+
+
+class _Run:
+    def __init__(self, runtime: Runtime, prompt: Sequence[int], matcher: Matcher | None,
+                 params: SamplingParams, max_tokens: int, stop: Sequence[str], lazy: bool,
+                 on_tokens: Callable[[list[int]], None] | None, drafting: Drafting):
+        self.runtime, self.prompt, self.matcher = runtime, prompt, matcher
+        self.max_tokens, self.stop, self.on_tokens = max_tokens, stop, on_tokens
+        self.drafting = drafting if matcher is not None else "off"
+        self.tok = runtime.tokenizer
+        self.eos = frozenset(runtime.eos_token_ids)
+        self.picker = TokenPicker(params, MaskBuffer(runtime.n_vocab, self.tok.vocab_size),
+                                  self.eos, lazy=lazy)
+        self.drafter = Drafter(self.tok, prompt) if self.drafting == "verify" else None
+        self.out: list[int] = []
+        self.text = b""  # of `out`, kept only where stop strings are watched
+        self.forced = self.drafted = self.accepted = 0
+        self.costs: list[int] = []
+        self.model_ns = 0
+        self.first_token_ns = 0
+        self.started = 0
+
+    def run(self) -> Generation:
+        self.started = time.perf_counter_ns()
+        logits: NDArray[np.float32] = self.runtime.start(self.prompt)
+        self.model_ns = time.perf_counter_ns() - self.started
+        m = self.matcher
+        pending: int | None = None  # the model's own choice where it disagreed with a draft
+        finish: FinishReason = "length"
+        try:
+            while len(self.out) < self.max_tokens:
+                if m is not None and m.is_stopped():
+                    finish = "stop"
+                    break
+                t0 = time.perf_counter_ns()
+                if pending is not None:
+                    token, pending = pending, None
+                elif m is None:
+                    token = self.picker.pick_unconstrained(logits)
+                else:
+                    token = self.picker.pick(logits, m)
+                if token in self.eos:
+                    self.costs.append(time.perf_counter_ns() - t0)
+                    finish = "stop"
+                    break
+                new = [token]
+                if m is not None:
+                    if not m.accept_tokens([token]):
+                        raise dead_end(m)  # a parser limit, or an internal error
+                    if self.drafting == "force":
+                        ff = m.forced_tokens()[: self.max_tokens - len(self.out) - 1]
+                        if ff:
+                            if not m.accept_tokens(ff):
+                                raise dead_end(m)
+                            self.forced += len(ff)
+                            new += ff
+                self.costs.append(time.perf_counter_ns() - t0)
+                self._commit(new)
+                done = len(self.out) >= self.max_tokens or (m is not None and m.is_stopped())
+                if done:
+                    finish = "stop" if m is not None and m.is_stopped() else "length"
+                    break
+                draft: list[int] = []
+                draft_forced = 0
+                if self.drafter is not None and m is not None:
+                    t2 = time.perf_counter_ns()
+                    proposed = self.drafter.propose(m, self.max_tokens - len(self.out))
+                    draft, draft_forced = proposed.tokens, proposed.forced
+                    self.costs[-1] += time.perf_counter_ns() - t2
+                t1 = time.perf_counter_ns()
+                rows = self.runtime.evaluate(new + draft, range(len(new) - 1, len(new + draft)))
+                self.model_ns += time.perf_counter_ns() - t1
+                kept = 0
+                if draft:
+                    assert m is not None
+                    t2 = time.perf_counter_ns()
+                    kept, pending = self._verify(draft, rows, m)
+                    self.drafted += len(draft)
+                    self.accepted += kept
+                    self.forced += min(kept, draft_forced)
+                    if kept < len(draft):
+                        self.runtime.rollback(len(draft) - kept)
+                    self.costs[-1] += time.perf_counter_ns() - t2
+                    if kept:
+                        self._commit(draft[:kept])
+                logits = rows[kept]
+        except _StopString as hit:
+            return self._done(self.text[:hit.at], "stop", hit.sequence)
+        if finish == "length" and m is not None and m.is_stopped():
+            finish = "stop"  # the last draft completed the grammar at max_tokens
+        return self._done(self.tok.decode_bytes(self.out), finish, None)
+
+    def _verify(self, draft: list[int], rows: NDArray[np.float32], m: Matcher
+                ) -> tuple[int, int | None]:
+        """How many draft tokens the picker chooses in a row (committing them to `m`), and its
+        own choice where it first disagrees."""
+        for i, token in enumerate(draft):
+            choice = self.picker.pick(rows[i], m)
+            if choice != token:
+                return i, choice
+            if not m.accept_tokens([token]):
+                raise dead_end(m)
+        return len(draft), None
+
+    def _commit(self, new: list[int]) -> None:
+        if not self.first_token_ns:
+            self.first_token_ns = time.perf_counter_ns() - self.started
+        self.out += new
+        if self.drafter is not None:
+            self.drafter.commit(new)
+        if self.stop:
+            self.text += self.tok.decode_bytes(new)
+            hit = _stop_at(self.text, self.stop)
             if hit is not None:
-                done = _done(tok, prompt, out, text_bytes[:hit[0]], "stop", forced, picker,
-                             costs, model_ns, first_token_ns)
-                done.stop_sequence = hit[1]
-                return done
-        if on_tokens is not None:
-            on_tokens(new)
-        if len(out) >= max_tokens or (matcher is not None and matcher.is_stopped()):
-            finish = "stop" if matcher is not None and matcher.is_stopped() else "length"
-            break
-        t1 = time.perf_counter_ns()
-        logits = runtime.advance(new)
-        model_ns += time.perf_counter_ns() - t1
-    return _done(tok, prompt, out, tok.decode_bytes(out), finish, forced, picker, costs,
-                 model_ns, first_token_ns)
+                raise _StopString(*hit)
+        if self.on_tokens is not None:
+            self.on_tokens(new)
+
+    def _done(self, text: bytes, finish: FinishReason, stop_sequence: str | None
+              ) -> Generation:
+        return Generation(
+            text.decode("utf-8", errors="replace"), finish,
+            Usage(len(self.prompt), len(self.out), self.forced, self.drafted, self.accepted),
+            tokens=self.out, stop_sequence=stop_sequence, stats=self.picker.stats,
+            constraint_ns=self.costs, model_ns=self.model_ns,
+            first_token_ns=self.first_token_ns)
 
 
 def _stop_at(text: bytes, stop: Sequence[str]) -> tuple[int, str] | None:
     """Where the first stop string starts, and which one it is."""
     hits = [(i, s) for s in stop if (i := text.find(s.encode())) >= 0]
     return min(hits) if hits else None
-
-
-def _done(tok: llg.LLTokenizer, prompt: Sequence[int], out: list[int], text: bytes,
-          finish: FinishReason, forced: int, picker: TokenPicker, costs: list[int],
-          model_ns: int, first_token_ns: int) -> Generation:
-    return Generation(text.decode("utf-8", errors="replace"), finish,
-                      Usage(len(prompt), len(out), forced), tokens=out, stats=picker.stats,
-                      constraint_ns=costs, model_ns=model_ns, first_token_ns=first_token_ns)

@@ -10,9 +10,10 @@ few are refused, as in free text, else `allowed_bits`), see tempered.py.
 
 from __future__ import annotations
 
-import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
+
+from ..grammar.matcher import Matcher
 
 _LANES = np.arange(32, dtype=np.int64)
 
@@ -30,8 +31,8 @@ class MaskBuffer:
         self._nbits = min(n_vocab, tokenizer_vocab)
         self._refused: tuple[bytes, NDArray[np.int64]] | None = None  # (words, their ids)
 
-    def fill(self, matcher: llg.LLMatcher) -> None:
-        matcher.unsafe_compute_mask_ptr(self.words.ctypes.data, self.words.nbytes)
+    def fill(self, matcher: Matcher) -> None:
+        matcher.fill_mask(self.words)
 
     def allowed_ids(self) -> NDArray[np.int64] | None:
         """Allowed token ids when the mask is sparse, else None (use `apply_dense`)."""

@@ -46,10 +46,10 @@ class Replay:
         that is now both checked and sent by the upstream."""
         self.exact = True
         self.upstream_text += text
-        if ids and not self.m.consume_tokens(ids):
+        if ids and not self.m.accept_tokens(ids):
             raise NotEnforcedError(f"the upstream's tokens leave the grammar at "
                                    f"{self.tok.decode_str(ids)[:60]!r}: "
-                                   f"{self.m.get_error() or 'token not allowed'}")
+                                   f"{self.m.error() or 'token not allowed'}")
         self.tokens += ids
         self.text += self._decoder.decode(self.tok.decode_bytes(ids))
         # By length, not by comparing characters: the two decodings may differ (a split UTF-8
@@ -75,10 +75,10 @@ class Replay:
                 self.m = self.compiled.new_matcher()
                 self.tokens, common = [], 0
         new = target[common:]
-        if new and not self.m.consume_tokens(new):
+        if new and not self.m.accept_tokens(new):
             raise NotEnforcedError(f"the upstream text leaves the grammar near "
                                    f"{self.tok.decode_str(new)[:60]!r}: "
-                                   f"{self.m.get_error() or 'token not allowed'}")
+                                   f"{self.m.error() or 'token not allowed'}")
         self.tokens = list(target)
 
     def feed(self, chunk: str) -> str:
@@ -111,8 +111,8 @@ class Replay:
             # Engines do not echo the end-of-sequence token they stopped at: the turn's end
             # marker may be missing from the text.
             end = self.tok.tokenize_str(end_marker, parse_special=True) if end_marker else []
-            probe = self.m.deep_copy()
-            if end and probe.consume_tokens(end) and probe.is_accepting():
+            probe = self.m.copy()
+            if end and probe.accept_tokens(end) and probe.is_accepting():
                 self.m = probe
                 self.text += end_marker
             elif not stopped_by_string:

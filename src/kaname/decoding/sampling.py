@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
 
+from ..grammar.matcher import Matcher
 from .masks import MaskBuffer
 from .tempered import Allows, Tempered
 
@@ -79,12 +79,12 @@ class TokenPicker:
         self.stats = PickStats()
         self.row = Tempered(1 if params.greedy else masks.n_vocab)
 
-    def allowed(self, matcher: llg.LLMatcher, token: int) -> bool:
+    def allowed(self, matcher: Matcher, token: int) -> bool:
         if token in self.eos:
             return matcher.is_accepting()
         return matcher.validate_tokens([token]) == 1
 
-    def pick(self, logits: NDArray[np.float32], matcher: llg.LLMatcher) -> int:
+    def pick(self, logits: NDArray[np.float32], matcher: Matcher) -> int:
         p = self.params
         if p.greedy:
             if self.lazy:
@@ -110,7 +110,7 @@ class TokenPicker:
         self.row.set(logits, self.params.temperature)
         return self._draw(self.row)
 
-    def _greedy_masked(self, logits: NDArray[np.float32], matcher: llg.LLMatcher) -> int:
+    def _greedy_masked(self, logits: NDArray[np.float32], matcher: Matcher) -> int:
         self._fill(matcher)
         ids = self.masks.allowed_ids()
         if ids is not None:
@@ -120,7 +120,7 @@ class TokenPicker:
             return int(ids[np.argmax(logits[ids])])
         return int(np.argmax(self.masks.apply_dense(logits)))
 
-    def _sample_masked(self, logits: NDArray[np.float32], matcher: llg.LLMatcher) -> int:
+    def _sample_masked(self, logits: NDArray[np.float32], matcher: Matcher) -> int:
         """A draw from the masked (then truncated) distribution; `self.row` holds the row."""
         self._fill(matcher)
         p = self.params
@@ -169,18 +169,18 @@ class TokenPicker:
             return row.draw_top_p(p.top_p, self.rng, allows)
         return row.draw(self.rng)
 
-    def _fill(self, matcher: llg.LLMatcher) -> None:
+    def _fill(self, matcher: Matcher) -> None:
         self.stats.full_masks += 1
         self.masks.fill(matcher)
         if matcher.is_error():
             raise dead_end(matcher)
 
 
-def dead_end(matcher: llg.LLMatcher) -> Exception:
+def dead_end(matcher: Matcher) -> Exception:
     from ..errors import KanameError
     from ..grammar.compiler import limit_error
 
-    message = matcher.get_error().split("\n<")[0].strip()  # drop the state dump
+    message = matcher.error()
     too_large = limit_error(message, "grammar")
     if too_large is not None:
         return too_large

@@ -13,6 +13,7 @@ from .constraints import (
     to_constraint,
 )
 from .guards import Guards
+from .matcher import Matcher
 
 __all__ = [
     "Choice",
@@ -23,6 +24,7 @@ __all__ = [
     "JsonObject",
     "JsonSchema",
     "Lark",
+    "Matcher",
     "NotEnforced",
     "Regex",
     "Text",

@@ -33,6 +33,7 @@ from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
 from .dialect import dialect_of
 from .guards import Guards
 from .lark import JSON_OBJECT_SCHEMA, constraint_lark, guarded_json, start_rule
+from .matcher import Matcher
 from .rewrite import rewrite_schema
 from .schema_walk import escape, format_pointers, keyword_pointers, resolve_pointer
 
@@ -109,8 +110,8 @@ class CompiledConstraint:
     def is_json(self) -> bool:
         return isinstance(self.constraint, JsonSchema | JsonObject)
 
-    def new_matcher(self) -> llg.LLMatcher:
-        return self.matcher.deep_copy()
+    def new_matcher(self) -> Matcher:
+        return Matcher(self.matcher.deep_copy())
 
     def validate(self, text: str) -> bool | None:
         """Independent post-check: jsonschema for JSON constraints, None for the others."""
@@ -132,7 +133,7 @@ def accepts(compiled: CompiledConstraint, tokenizer: llg.LLTokenizer, text: str)
     """Whether `text` is in the language of `compiled` (built for `tokenizer`): a post-check
     for constraints that are not JSON."""
     matcher = compiled.new_matcher()
-    return matcher.consume_tokens(tokenizer.tokenize_str(text)) and matcher.is_accepting()
+    return matcher.accept_tokens(tokenizer.tokenize_str(text)) and matcher.is_accepting()
 
 
 _STACK_BYTES = 512 * 1024 * 1024

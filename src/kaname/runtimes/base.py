@@ -40,3 +40,13 @@ class Runtime(Protocol):
     def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
         """Append tokens (one sampled, maybe forced ones) in one call; logits for the next."""
         ...
+
+    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
+        """Append `tokens` in one call; for each index i of `logits_at` (ascending), the logits
+        for the token after `tokens[:i + 1]`, as the rows of a fresh array. A draft is checked
+        this way: the sampled token and its drafts in one model call."""
+        ...
+
+    def rollback(self, n: int) -> None:
+        """Forget the last `n` appended tokens (their KV cells), as if never evaluated."""
+        ...

@@ -279,22 +279,46 @@ class LlamaCppRuntime:
         return self.advance(prompt[common:])
 
     def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
+        self._decode(tokens, {len(tokens) - 1})
+        ptr = lc.llama_get_logits_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
+        rows = np.empty((len(logits_at), self._n_vocab), dtype=np.float32)
+        self._decode(tokens, set(logits_at), rows, list(logits_at))
+        return rows
+
+    def rollback(self, n: int) -> None:
+        if n <= 0:
+            return
+        keep = len(self._cached) - n
+        if keep < 0 or not lc.llama_memory_seq_rm(self._mem, 0, keep, -1):
+            raise ModelError(f"llama.cpp cannot drop the last {n} tokens of its cache")
+        self._cached = self._cached[:keep]
+
+    def _decode(self, tokens: Sequence[int], want: set[int],
+                rows: NDArray[np.float32] | None = None, order: list[int] | None = None) -> None:
+        """Evaluate `tokens` in batches of at most n_batch, logits computed only at the
+        indices in `want` (the output layer is most of a small model's cost per position);
+        with `rows`, those logits are copied out in the order of `order`."""
         if len(self._cached) + len(tokens) > self.n_ctx:
             raise ModelError(f"context of {self.n_ctx} tokens exceeded")
         b = self._batch
         for start in range(0, len(tokens), self._n_batch):
             chunk = tokens[start:start + self._n_batch]
-            last_chunk = start + self._n_batch >= len(tokens)
             for i, t in enumerate(chunk):
                 b.token[i] = t
                 b.pos[i] = len(self._cached) + i
                 b.n_seq_id[i] = 1
                 b.seq_id[i][0] = 0
-                b.logits[i] = last_chunk and i == len(chunk) - 1
+                b.logits[i] = start + i in want
             b.n_tokens = len(chunk)
             rc = lc.llama_decode(self._ctx, b)
             if rc != 0:
                 raise ModelError(f"llama_decode failed with code {rc}")
             self._cached += chunk
-        ptr = lc.llama_get_logits_ith(self._ctx, -1)
-        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+            if rows is not None and order is not None:
+                for j, at in enumerate(order):
+                    if start <= at < start + len(chunk):
+                        ptr = lc.llama_get_logits_ith(self._ctx, at - start)
+                        rows[j] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from typing import Any
 
 import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
+
+from .stepped import Stepped
 
 _BANK_ROWS = 64
 
@@ -41,8 +44,10 @@ def token_classes(tokenizer: llg.LLTokenizer
     return closes, ws_quote, special
 
 
-class RandomLogitsRuntime:
-    """Seeded random logits over `tokenizer`'s vocabulary; the prompt is ignored.
+class RandomLogitsRuntime(Stepped):
+    """Seeded random logits over `tokenizer`'s vocabulary; the prompt is ignored. Each call
+    draws one row (`evaluate`: one per token, so a token's row is the same with or without
+    drafts after it).
 
     `n_ctx`: the context window it claims (the prompt is never read, so it holds any; a size
     lets tests exercise context limits without a model). None: unbounded."""
@@ -89,9 +94,19 @@ class RandomLogitsRuntime:
 
     def start(self, prompt: Sequence[int]) -> NDArray[np.float32]:
         self._rng = np.random.default_rng(self.seed)
+        self._reset_steps()
         return self._next()
 
     def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
+        return self._next()
+
+    def _snapshot(self) -> Any:
+        return self._rng.bit_generator.state
+
+    def _restore(self, state: Any) -> None:
+        self._rng.bit_generator.state = state
+
+    def _step(self, token: int) -> NDArray[np.float32]:
         return self._next()
 
     def _next(self) -> NDArray[np.float32]:

@@ -26,10 +26,13 @@ import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
+
+from .stepped import Stepped
 
 # Logit levels. A script token gets at least 58, the end of the turn 30, closers 20 and 10,
 # the rest 0: sampling at temperature 1 (what agents send) leaves the script with a probability
@@ -97,7 +100,7 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     return n
 
 
-class ScriptedRuntime:
+class ScriptedRuntime(Stepped):
     """Prefers the text of scripted assistant turns; the prompt only chooses the turn.
 
     `assistant_prefix`: what opens an assistant turn in a rendered prompt (the chat format's
@@ -171,7 +174,17 @@ class ScriptedRuntime:
         self._script = self._turns[self.turn] if self.turn < len(self._turns) else b""
         self._place = 0
         self._written = b""
+        self._reset_steps()
         return self._next()
+
+    def _snapshot(self) -> Any:
+        return self._place, self._written
+
+    def _restore(self, state: Any) -> None:
+        self._place, self._written = state
+
+    def _step(self, token: int) -> NDArray[np.float32]:
+        return self.advance([token])
 
     def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
         new = self._tokenizer.decode_bytes(list(tokens))

@@ -1,0 +1,86 @@
+"""Draft tokens for one generation, which the model then verifies (see `loop.decode`).
+
+Two sources, both free to compute:
+  the grammar's forced bytes, tokenized as the model's tokenizer writes them (llguidance's own
+      forced tokens split bytes the way its token trie walks them, `e|chn|ical`, which a model
+      rarely chooses), the last token left out since the text after it may merge into it;
+  prompt lookup: the longest recent n-gram of the output that also occurs earlier (in the
+      prompt or the output) proposes what followed it there. Extraction copies names, dates
+      and places from the prompt, token for token.
+A draft is only a guess: the model accepts each token only where it would have chosen it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import llguidance as llg
+
+from ..grammar.matcher import Matcher
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: list[int]
+    forced: int  # how many of `tokens`, from the start, the grammar forces
+
+
+class PromptLookup:
+    """N-gram index over the prompt and the output so far."""
+
+    def __init__(self, prompt: Sequence[int], *, max_ngram: int = 3):
+        self.max_ngram = max_ngram
+        self.seq: list[int] = []
+        # n-gram -> the index right after its latest occurrence, for occurrences that end
+        # before the end of `seq` (so that a continuation exists)
+        self.after: dict[tuple[int, ...], int] = {}
+        self.extend(prompt)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            end = len(self.seq)
+            for n in range(1, min(self.max_ngram, end) + 1):
+                self.after[tuple(self.seq[end - n:end])] = end
+            self.seq.append(t)
+
+    def propose(self, limit: int) -> list[int]:
+        """What followed the longest n-gram that ends the sequence, up to `limit` tokens; a
+        1-gram match is a weaker guess, so it proposes fewer."""
+        for n in range(min(self.max_ngram, len(self.seq)), 0, -1):
+            at = self.after.get(tuple(self.seq[-n:]))
+            if at is not None:
+                return self.seq[at:at + (limit if n > 1 else min(limit, 3))]
+        return []
+
+
+class Drafter:
+    def __init__(self, tokenizer: llg.LLTokenizer, prompt: Sequence[int], *,
+                 max_draft: int = 8, lookup: bool = True):
+        self.tok = tokenizer
+        self.max_draft = max_draft
+        self.lookup = PromptLookup(prompt) if lookup else None
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """Tokens now part of the output."""
+        if self.lookup is not None:
+            self.lookup.extend(tokens)
+
+    def propose(self, matcher: Matcher, limit: int) -> Draft:
+        """A draft the grammar allows whole, at most `limit` tokens."""
+        limit = min(limit, self.max_draft)
+        if limit <= 0:
+            return Draft([], 0)
+        forced = matcher.forced_bytes()
+        if forced:
+            tokens = self.tok.tokenize_bytes(forced)
+            # the bytes after the forced ones may merge into the last token: leave it out
+            tokens = tokens[:-1] if len(tokens) > 1 else tokens
+            tokens = tokens[:limit]
+            n = matcher.validate_tokens(tokens)
+            if n:
+                return Draft(tokens[:n], n)
+        if self.lookup is None:
+            return Draft([], 0)
+        tokens = self.lookup.propose(limit)
+        return Draft(tokens[:matcher.validate_tokens(tokens)], 0)
