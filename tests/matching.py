@@ -11,4 +11,4 @@ def accepts(tokenizer: Any, compiled: Any, value: Any) -> bool:
     may stop there."""
     m = compiled.new_matcher()
     text = json.dumps(value, ensure_ascii=False)
-    return bool(m.consume_tokens(tokenizer.tokenize_str(text)) and m.is_accepting())
+    return bool(m.accept_tokens(tokenizer.tokenize_str(text)) and m.is_accepting())

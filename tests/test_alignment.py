@@ -66,8 +66,8 @@ def _accepts(f: dict[str, Any]) -> tuple[bool, str]:
     fmt = get_format(f["format"])
     tok, _ = synthetic_tokenizer(fmt.special_tokens)
     m = GrammarCompiler(tok).compile(Lark(build_grammar(fmt, _request(f), tok))).new_matcher()
-    ok = m.consume_tokens(tok.tokenize_str(f["generated"], parse_special=True))
-    return ok and m.is_accepting(), m.get_error() or ""
+    ok = m.accept_tokens(tok.tokenize_str(f["generated"], parse_special=True))
+    return ok and m.is_accepting(), m.error() or ""
 
 
 def _read(calls: list[Any]) -> list[tuple[str, Any]]:

@@ -216,4 +216,10 @@ def test_bench_engine_quick_json() -> None:
     assert data["greedy_mismatches"] == 0
     sampling = data["sampling"]["step_us_p50"]  # (c): the sampling modes on the random model
     assert set(sampling) == set(sb.MODES) and all(map(_finite_positive, sampling.values()))
+    drafts = data["drafts"]  # keys read by checks outside the tests
+    assert drafts["greedy_identical"] is True
+    assert 0 < drafts["acceptance_rate"] <= 1
+    assert _finite_positive(drafts["extraction_tps_ratio"])
+    assert {c["name"] for c in drafts["cases"]} >= {"extract_record", "extract_entities",
+                                                     "extract_ja"}
     assert proc.returncode == 0, proc.stderr

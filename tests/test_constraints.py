@@ -133,7 +133,7 @@ def test_json_object_is_any_object(compiler):
     c = compiler.compile(JsonObject())
     m = c.new_matcher()
     text = '{"a": [1, {"b": null}], "c": "d"}'
-    assert m.consume_tokens(compiler.tokenizer.tokenize_str(text)) and m.is_accepting()
+    assert m.accept_tokens(compiler.tokenizer.tokenize_str(text)) and m.is_accepting()
     assert c.validate(text) is True and c.validate("[1]") is False
 
 
@@ -172,7 +172,7 @@ def test_cache_key_keeps_property_order(compiler):
     first, second = compiler.compile(JsonSchema(ab)), compiler.compile(JsonSchema(ba))
     assert first.grammar_hash != second.grammar_hash
     m = second.new_matcher()
-    assert m.consume_tokens(compiler.tokenizer.tokenize_str('{"b": 1, "a": 2}'))
+    assert m.accept_tokens(compiler.tokenizer.tokenize_str('{"b": 1, "a": 2}'))
 
 
 def test_non_json_schema_values(compiler):

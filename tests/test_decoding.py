@@ -24,7 +24,7 @@ def compiler(gemma):
 def reference_allowed(matcher, vocab: int) -> np.ndarray:
     """llguidance's own numpy bitmask, expanded: the reference for MaskBuffer."""
     bitmask = allocate_token_bitmask(1, vocab)
-    fill_next_token_bitmask(matcher, bitmask)
+    fill_next_token_bitmask(matcher.llg, bitmask)
     bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[:vocab]
     return np.flatnonzero(bits)
 
@@ -45,7 +45,7 @@ def walk_states(compiler, runtime, constraint, steps=40):
         t = picker.pick(logits, m)
         if t in runtime.eos_token_ids:
             return
-        assert m.consume_token(t)
+        assert m.accept_tokens([t])
         logits = runtime.advance([t])
 
 
@@ -157,9 +157,14 @@ def test_stop_string_and_length(compiler, random_runtime):
     d = decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=3)
     assert d.finish_reason == "length" and len(d.tokens) == 3
     c = compiler.compile(Choice(("hello world, and more",)))
+    d = decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=100,
+               drafting="force")
+    assert d.finish_reason == "stop" and d.text == "hello world, and more"
+    assert d.usage.forced_tokens == len(d.tokens) - 1  # one pick, the rest forced unchecked
     d = decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=100)
     assert d.finish_reason == "stop" and d.text == "hello world, and more"
-    assert d.usage.forced_tokens == len(d.tokens) - 1  # one pick, the rest forced
+    # drafted: the forced rest is proposed whole and the model takes each token it would
+    assert 0 < d.usage.forced_tokens == d.usage.draft_accepted <= d.usage.draft_tokens
     d = decode(random_runtime, [2], c.new_matcher(), SamplingParams(), max_tokens=100,
                stop=["wor"])
     assert d.finish_reason == "stop" and d.text == "hello "

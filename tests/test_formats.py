@@ -28,7 +28,7 @@ from kaname.formats import (
 )
 from kaname.formats.items import CallDelta
 from kaname.formats.tool_checks import check_tools, not_enforced
-from kaname.grammar import GrammarCompiler, Guards, JsonSchema, Lark
+from kaname.grammar import GrammarCompiler, Guards, JsonObject, JsonSchema, Lark
 from kaname.runtimes.random_logits import RandomLogitsRuntime
 from kaname.runtimes.scripted import token_pieces
 from kaname.runtimes.synthetic import synthetic_tokenizer
@@ -218,8 +218,8 @@ def test_grammar_accepts_the_official_turn_and_parser_reads_it(name):
     opening = req.opening_in(fmt)
     assert text.startswith(opening)
     m = compiled.new_matcher()
-    assert m.consume_tokens(tok.tokenize_str(text[len(opening):], parse_special=True)), \
-        m.get_error()
+    assert m.accept_tokens(tok.tokenize_str(text[len(opening):], parse_special=True)), \
+        m.error()
     assert m.is_accepting()
     turn = parse(fmt, text, tools=tools)
     assert turn.reasoning_content == ("Need weather." if "Need weather." in text else None)
@@ -285,7 +285,7 @@ WEATHER = Tool("weather", {"type": "object", "properties": {
 
 def _accepts_lark(fmt, lark: str, tok, text: str) -> bool:
     m = GrammarCompiler(tok).compile(Lark(lark)).new_matcher()
-    return m.consume_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
+    return m.accept_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
 
 
 def _accepts(name: str, req: TurnRequest, text: str) -> bool:
@@ -297,7 +297,7 @@ def _accepts(name: str, req: TurnRequest, text: str) -> bool:
     tok, _ = synthetic_tokenizer(fmt.special_tokens)
     m = GrammarCompiler(tok).compile(Lark(build_grammar(fmt, req, tok))).new_matcher()
     rest = text[len(opening):]
-    return m.consume_tokens(tok.tokenize_str(rest, parse_special=True)) and m.is_accepting()
+    return m.accept_tokens(tok.tokenize_str(rest, parse_special=True)) and m.is_accepting()
 
 
 def _model_turn(fmt, req: TurnRequest, message: dict) -> str:
@@ -452,7 +452,10 @@ def _random_request(rng: random.Random, pool, compiler, fmt) -> TurnRequest:
 
 
 def _check_contract(fmt, req: TurnRequest, text: str) -> None:
-    turn = parse(fmt, text, tools=req.tools)
+    # JSON content is read as the pipeline reads it (chat.PreparedTurn.json_content): a
+    # marker spelled inside one of its strings is text
+    json_content = isinstance(req.content, JsonSchema | JsonObject)
+    turn = parse(fmt, text, tools=req.tools, json_content=json_content)
     by_name = {t.name: t for t in req.tools}
     for call in turn.tool_calls:
         assert call.name in {t.name for t in req.callable_tools}, call.name
@@ -478,7 +481,7 @@ def _check_contract(fmt, req: TurnRequest, text: str) -> None:
     # streaming equals non-streaming under seeded random chunkings
     for seed in range(100 if len(text) < 400 else 20):
         r = random.Random(seed)
-        sp = StreamParser(fmt, tools=req.tools)
+        sp = StreamParser(fmt, tools=req.tools, json_content=json_content)
         deltas, i = [], 0
         while i < len(text):
             step = r.randint(1, 12)
@@ -531,6 +534,19 @@ class _WantsToEnd:
         self._seen += len(tokens)
         row = self._model.advance(tokens)
         return row + self._bias if self._seen >= self._patience else row
+
+    def evaluate(self, tokens, logits_at):
+        rows = []
+        for i, t in enumerate(tokens):  # one token at a time, as the inner model counts
+            self._seen += 1
+            row = self._model.evaluate([t], [0])[0]
+            if i in logits_at:
+                rows.append(row + self._bias if self._seen >= self._patience else row)
+        return np.stack(rows)
+
+    def rollback(self, n):
+        self._seen -= n
+        self._model.rollback(n)
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))

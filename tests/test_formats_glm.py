@@ -46,7 +46,7 @@ def _accepts(name: str, req: TurnRequest, text: str, *, spelled: bool = False,
     lark = build_grammar(fmt, req, tok, guards=guards)
     m = GrammarCompiler(tok).compile(Lark(lark)).new_matcher()
     rest = text[len(opening):]
-    return m.consume_tokens(tok.tokenize_str(rest, parse_special=True)) and m.is_accepting()
+    return m.accept_tokens(tok.tokenize_str(rest, parse_special=True)) and m.is_accepting()
 
 
 def _call(name: str, tool: str, *pairs: tuple[str, str]) -> str:
@@ -328,7 +328,7 @@ def _full_match(regex: str):
 
     def accepts(text: str) -> bool:
         m = compiled.new_matcher()
-        return m.consume_tokens(tok.tokenize_str(text)) and m.is_accepting()
+        return m.accept_tokens(tok.tokenize_str(text)) and m.is_accepting()
     return accepts
 
 

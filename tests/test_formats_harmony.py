@@ -115,7 +115,7 @@ def _accepts(text: str, tool_choice: str = "auto", strict_level: str = "full",
              guards: Guards | None = None, json_content: bool = False) -> bool:
     tok, compiled = _compiled(tool_choice, strict_level, guards, json_content)
     m = compiled.new_matcher()
-    return m.consume_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
+    return m.accept_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
 
 
 def _streamed(text: str, seed: int) -> dict:
@@ -179,7 +179,7 @@ def test_every_header_under_every_tool_choice_that_calls():
     tok, _ = synthetic_tokenizer(FMT.special_tokens)
     m = GrammarCompiler(tok).compile(Lark(build_grammar(FMT, none, tok))).new_matcher()
     call = _turn(HEADERS["after constrain"], analysis=False, preamble=False)
-    assert not (m.consume_tokens(tok.tokenize_str(call, parse_special=True))
+    assert not (m.accept_tokens(tok.tokenize_str(call, parse_special=True))
                 and m.is_accepting())
 
 

@@ -98,11 +98,11 @@ def test_the_grammar_keeps_markers_out_of_content(name):
         m = grammar.new_matcher()
         prefix = fmt.content_begin + "hello " + core
         ids = tok.tokenize_str(prefix)
-        assert not m.consume_tokens(ids) or not _can_end_as_content(m, tok, fmt), (name, core)
+        assert not m.accept_tokens(ids) or not _can_end_as_content(m, tok, fmt), (name, core)
 
 
 def _can_end_as_content(m, tok, fmt) -> bool:
     """Whether the text so far can still end as plain content (" bye" + end of turn)."""
-    probe = m.deep_copy()
-    return probe.consume_tokens(tok.tokenize_str(" bye" + fmt.end_of_turn)) \
+    probe = m.copy()
+    return probe.accept_tokens(tok.tokenize_str(" bye" + fmt.end_of_turn)) \
         and probe.is_accepting()

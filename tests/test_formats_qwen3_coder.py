@@ -40,7 +40,7 @@ def _accepts(name: str, text: str, *, spelled: bool = False) -> bool:
     req = TurnRequest(tools=TOOLS, tool_choice="required", reasoning="off")
     tok, _ = synthetic_tokenizer(() if spelled else fmt.special_tokens)
     m = GrammarCompiler(tok).compile(Lark(build_grammar(fmt, req, tok))).new_matcher()
-    return m.consume_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
+    return m.accept_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
 
 
 def _args(name: str, text: str) -> dict:
@@ -122,7 +122,7 @@ def test_a_free_text_custom_tool_takes_any_text_but_its_tags(name):
 
     def accepts(text: str) -> bool:
         m = compiled.new_matcher()
-        return m.consume_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
+        return m.accept_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
 
     body = 'line 1\n  "quoted" \\ <b>tags</b>\n'
     assert accepts(call(body))
@@ -147,7 +147,7 @@ def test_the_string_guard_bounds_undeclared_keys_and_values(name):
         grammar = build_grammar(fmt, req, tok, guards=guards)
         m = GrammarCompiler(tok, guards=guards).compile(Lark(grammar)).new_matcher()
         text = _call((key, value))
-        return m.consume_tokens(tok.tokenize_str(text, parse_special=True)) \
+        return m.accept_tokens(tok.tokenize_str(text, parse_special=True)) \
             and m.is_accepting()
 
     capped = Guards(max_string_length=8)

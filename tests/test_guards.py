@@ -77,7 +77,7 @@ def test_guarded_language_is_a_subset(gemma):
         text = json.dumps({"n": n})
         jsonschema.validate({"n": n}, schema)
         m = c.new_matcher()
-        accepted = m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()
+        accepted = m.accept_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()
         assert accepted is ok, text
     assert c.caps["max_integer_digits"]["value"] == 15
     assert c.caps["separators"]["value"] == [", ", ": "]
@@ -101,7 +101,7 @@ def test_whitespace_guard(gemma, guards, text, ok):
     c = GrammarCompiler(gemma.tokenizer, guards=guards).compile(
         JsonSchema({"type": "object", "properties": {"a": {"type": "integer"}}}))
     m = c.new_matcher()
-    assert (m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()) is ok
+    assert (m.accept_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()) is ok
 
 
 @pytest.mark.parametrize("pattern, value", [("^[^\\\\]*$", "a\\b"), ('^[^"]*$', 'a"b'),
@@ -113,11 +113,11 @@ def test_negated_pattern_classes_exclude_escaped_characters(gemma, pattern, valu
                                                              "pattern": pattern}))
     m = c.new_matcher()
     text = json.dumps(value)
-    assert not (m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting())
+    assert not (m.accept_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting())
     assert c.validate(text) is False
     assert c.caps["no_quote_or_backslash_escapes"]["at"] == ["/pattern"]
     m = c.new_matcher()
-    assert m.consume_tokens(gemma.tokenizer.tokenize_str('"ab"')) and m.is_accepting()
+    assert m.accept_tokens(gemma.tokenizer.tokenize_str('"ab"')) and m.is_accepting()
 
 
 @pytest.mark.parametrize("schema", [
@@ -145,7 +145,7 @@ def test_untyped_values_are_bounded_and_nothing_else_changes(gemma, schema):
             continue
         m = c.new_matcher()
         text = json.dumps(instance)
-        assert (m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()) \
+        assert (m.accept_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()) \
             is ok, text
 
 
@@ -163,7 +163,7 @@ def test_seconds_fraction_of_date_time_strings_is_bounded(gemma, fmt, base):
 
     def accepts(c, text: str) -> bool:
         m = c.new_matcher()
-        return m.consume_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()
+        return m.accept_tokens(gemma.tokenizer.tokenize_str(text)) and m.is_accepting()
 
     for digits in (0, 1, 8, 9, 40):
         for offset in ("+01:00", "Z"):
@@ -207,7 +207,7 @@ def _mutual(depth: int) -> dict:
 
 def _accepts(gemma, compiled, value) -> bool:
     m = compiled.new_matcher()
-    return m.consume_tokens(gemma.tokenizer.tokenize_str(json.dumps(value))) and m.is_accepting()
+    return m.accept_tokens(gemma.tokenizer.tokenize_str(json.dumps(value))) and m.is_accepting()
 
 
 @pytest.mark.parametrize("depth", [1, 2, 4])

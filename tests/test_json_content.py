@@ -55,14 +55,14 @@ def test_markers_inside_json_strings_are_content(name):
         reasoning = "ok" + fmt.reasoning.end if always and fmt.reasoning else ""
         for piece in (reasoning, None, before, escaped[:1], escaped[1:], after, None):
             if piece is None:  # what the grammar forces here, up to the JSON written below
-                forced = matcher.compute_ff_tokens()
+                forced = matcher.forced_tokens()
                 k = next((k for k in range(len(forced)) if tok.decode_str(forced[k:])
                           and before.startswith(tok.decode_str(forced[k:]))), len(forced))
                 piece_ids = forced[:k]
             else:
                 piece_ids = tok.tokenize_str(piece, parse_special=piece not in (
                     escaped[:1], escaped[1:]))
-            if not matcher.consume_tokens(piece_ids):
+            if not matcher.accept_tokens(piece_ids):
                 break
             ids += piece_ids
         for end in fmt.end_markers:  # the turn's end, where the grammar does not force it
@@ -70,7 +70,7 @@ def test_markers_inside_json_strings_are_content(name):
                 break
             end_ids = tok.tokenize_str(end, parse_special=True)
             if matcher.validate_tokens(end_ids) == len(end_ids):
-                matcher.consume_tokens(end_ids)
+                matcher.accept_tokens(end_ids)
                 ids += end_ids
         if matcher.is_error() or not matcher.is_accepting():
             continue  # a marker the grammar keeps out of strings: nothing to read back
@@ -111,13 +111,13 @@ def test_free_text_spelling_a_marker_is_refused_or_read_as_content(name):
                   *(tok.tokenize_str(ch) for ch in text)]
         accepted = True
         for piece in pieces:
-            if not matcher.consume_tokens(piece):
+            if not matcher.accept_tokens(piece):
                 accepted = False
                 break
             ids += piece
         end = tok.tokenize_str(fmt.end_of_turn, parse_special=True)
         if not accepted or matcher.validate_tokens(end) != len(end):
             continue  # kept out by the grammar
-        matcher.consume_tokens(end)
+        matcher.accept_tokens(end)
         parsed, _, _ = turn.parse(tok.decode_str([*ids, *end]), "stop", "c_")
         assert parsed.content == text and not parsed.tool_calls, marker

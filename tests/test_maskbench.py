@@ -22,7 +22,7 @@ UPDATE_COMMAND = "python scripts/update_baselines.py"
 
 def accepts(tokenizer, compiled, text: str) -> bool:
     m = compiled.new_matcher()
-    return m.consume_tokens(tokenizer.tokenize_str(text)) and m.is_accepting()
+    return m.accept_tokens(tokenizer.tokenize_str(text)) and m.is_accepting()
 
 
 def maskbench_counts(tokenizer, schema_sample, compiled) -> tuple[dict[str, int], list]:
@@ -92,7 +92,7 @@ def test_no_valid_instance_rejected_that_llguidance_accepts(gemma, compiled_samp
                 continue
             ids = gemma.tokenizer.tokenize_str(json.dumps(test["data"], ensure_ascii=False))
             m = c.new_matcher()
-            if m.consume_tokens(ids) and m.is_accepting():
+            if m.accept_tokens(ids) and m.is_accepting():
                 continue
             if wide is None:
                 wide = llg.LLMatcher.grammar_from_json_schema(

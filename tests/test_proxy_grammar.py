@@ -192,7 +192,7 @@ def test_json_object_fraction_guard_is_one_rule(fake_proxy, compiler, fault, tex
     replay accept 8 fraction digits and refuse 9 (the upstream was sent that very grammar)."""
     local = compiler.compile(JsonObject())
     m = local.new_matcher()
-    assert (m.consume_tokens(compiler.tokenizer.tokenize_str(text))
+    assert (m.accept_tokens(compiler.tokenizer.tokenize_str(text))
             and m.is_accepting()) is accepted
     r = httpx.post(fake_proxy.url + "/v1/completions", timeout=30, json={
         "model": "random", "prompt": f"FAULT:{fault}", "max_tokens": 50,

@@ -43,7 +43,7 @@ def _prepared(name: str, reasoning: str, **kw):
 
 def _accepts(compiler, tok, grammar: str, text: str) -> bool:
     m = compiler.compile(Lark(grammar)).new_matcher()
-    return m.consume_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
+    return m.accept_tokens(tok.tokenize_str(text, parse_special=True)) and m.is_accepting()
 
 
 def _streamed(fmt, opening: str, text: str, seed: int) -> dict:

@@ -294,7 +294,7 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         tokenizer=args.tokenizer, ctx_size=args.ctx_size,
         served_model_names=tuple(args.served_model_name or ()),
         any_model_name=args.any_model_name,
-        strict_level=args.strict_level, reasoning=args.reasoning,
+        strict_level=args.strict_level, reasoning=args.reasoning, draft=not args.no_draft,
         max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
         max_tokens_limit=args.max_tokens_limit, compile_cache_mb=args.compile_cache_mb,
@@ -574,6 +574,10 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument(f"--{name}", type=_guard_value, default=argparse.SUPPRESS,
                        metavar="N|off", help=f"runaway guard: {what} (a request may set its "
                                              "own in kaname.guards)")
+    s.add_argument("--no-draft", action="store_true",
+                   help="decode one token per model call: no drafts (forced tokens and prompt "
+                        "n-grams the model verifies; they never change an answer, only its "
+                        "speed)")
     s.add_argument("--graceful-shutdown", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, seconds running generations get to finish (waiting "
                         "requests are answered 503 at once); those still running then end "

@@ -15,6 +15,8 @@
 (c) Sampling per token (greedy, temperature, + top_p / top_k / min_p) on the random-logits model
     over the same 262k vocabulary, in process: the "sampling" key, from `kaname bench sampling`
     (which also measures it through the server).
+(d) Verified drafts (`drafts_bench`): tokens/s with drafts, forced tokens only, neither, and
+    unconstrained, on these cases and on extraction cases; acceptance; greedy identity.
 
 The workload, `common.CASES`, is shared with `kaname bench e2e`.
 """
@@ -44,7 +46,7 @@ from ..engine import Engine
 from ..errors import KanameError
 from ..grammar import CompiledConstraint, Matcher
 from ..runtimes.base import Runtime
-from . import sampling_bench
+from . import drafts_bench, sampling_bench
 from .common import CASES, Case, machine, percentile, version_of
 
 TARGETS = {"overhead_ratio_max": 0.5, "tps_ratio_min": 1.0}
@@ -412,6 +414,9 @@ def run(config: Config, quick: bool) -> dict[str, Any]:
     print("kaname bench: sampling modes on the random model…", file=sys.stderr)
     data["sampling"] = sampling_bench.in_process(sampling_bench.QUICK if quick
                                                  else sampling_bench.FULL)
+    print("kaname bench: drafts…", file=sys.stderr)
+    data["drafts"] = drafts_bench.measure(engine, repetitions=config.repetitions,
+                                          max_tokens=config.max_tokens, cases=config.cases)
     # Timings on a shared machine are only as good as its idleness: record the load around
     # the run (this run itself adds ~1-2 to it) so a reader can tell a disturbed run.
     data["run"] = {"started_utc": started,
@@ -420,7 +425,8 @@ def run(config: Config, quick: bool) -> dict[str, Any]:
 
 
 def main(quick: bool = False, as_json: bool = False) -> int:
-    """Run the engine benchmark; exit status 1 if the greedy paths ever disagreed."""
+    """Run the engine benchmark; exit status 1 if the greedy paths ever disagreed (kaname's
+    pick and plain llguidance's, or decoding with drafts and without)."""
     try:
         data = run(QUICK if quick else FULL, quick)
     except KanameError as e:
@@ -430,8 +436,13 @@ def main(quick: bool = False, as_json: bool = False) -> int:
         print(json.dumps(data))
     else:
         print_tables(data)
+        drafts_bench.print_table(data["drafts"])
     if data["greedy_mismatches"]:
         print(f"kaname bench: {data['greedy_mismatches']} greedy mismatches between kaname and "
               "plain llguidance", file=sys.stderr)
+        return 1
+    if not data["drafts"]["greedy_identical"]:
+        print("kaname bench: greedy output with drafts differs from decoding one token per "
+              "model call", file=sys.stderr)
         return 1
     return 0

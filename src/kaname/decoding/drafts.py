@@ -74,8 +74,12 @@ class Drafter:
         forced = matcher.forced_bytes()
         if forced:
             tokens = self.tok.tokenize_bytes(forced)
-            # the bytes after the forced ones may merge into the last token: leave it out
-            tokens = tokens[:-1] if len(tokens) > 1 else tokens
+            if len(tokens) > 1:
+                # the bytes after the forced ones may merge into the last token: leave it out,
+                # unless the forced bytes end the output
+                probe = matcher.copy()
+                if not (probe.accept_tokens(tokens) and probe.is_stopped()):
+                    tokens = tokens[:-1]
             tokens = tokens[:limit]
             n = matcher.validate_tokens(tokens)
             if n:

@@ -134,6 +134,8 @@ class _Run:
                     draft, draft_forced = proposed.tokens, proposed.forced
                     self.costs[-1] += time.perf_counter_ns() - t2
                 t1 = time.perf_counter_ns()
+                # logits after the last token of `new` and after each draft token (row i
+                # chooses draft[i]; the last row, what follows the whole draft)
                 rows = self.runtime.evaluate(new + draft, range(len(new) - 1, len(new + draft)))
                 self.model_ns += time.perf_counter_ns() - t1
                 kept = 0

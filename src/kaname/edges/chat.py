@@ -18,6 +18,7 @@ from ..formats import items
 from ..formats.request import ReasoningAsk, Tool, TurnRequest
 from .common import (
     DocumentedAs,
+    DraftCounts,
     Loose,
     OpenAIToolName,
     Refused,
@@ -25,6 +26,7 @@ from .common import (
     TurnReport,
     Wire,
     custom_tool,
+    draft_counts,
     extras,
     read,
     refuse,
@@ -217,6 +219,7 @@ def to_turn(req: ChatCompletionRequest) -> TurnRequest:
         max_tokens=req.max_completion_tokens or req.max_tokens,
         sampling=sampling(req.temperature, req.top_p, req.seed, req.stop),
         guards=req.kaname.guard_overrides() if req.kaname else {},
+        draft=req.kaname.draft if req.kaname else True,
         allow_unenforced=req.allow_unenforced, strict_level_asked=req.strict_level,
         ignored=tuple(ignored))
 
@@ -350,7 +353,8 @@ def usage(result: TurnResult) -> dict[str, Any]:
     u = result.usage
     return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
             "total_tokens": u.prompt_tokens + u.completion_tokens,
-            "completion_tokens_details": {"reasoning_tokens": result.reasoning_tokens}}
+            "completion_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
+            **draft_counts(u)}
 
 
 class ChatReply:
@@ -437,7 +441,7 @@ class ReasoningTokens(Wire):
     reasoning_tokens: int
 
 
-class ChatUsage(Wire):
+class ChatUsage(DraftCounts):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int

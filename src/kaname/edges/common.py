@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
+from ..decoding.generation import Usage
 from ..errors import RequestError
 from ..formats.request import CUSTOM_INPUT, Ignored, Sampling, Tool
 from ..grammar import Guards, Lark, Regex, Text
@@ -234,6 +235,9 @@ class KanameOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     guards: GuardsIn | None = None
+    # false: decode this request one token per model call (drafts never change the answer;
+    # this is for measuring, or distrust)
+    draft: bool = True
 
     def guard_overrides(self) -> dict[str, Any]:
         return self.guards.model_dump(exclude_unset=True) if self.guards is not None else {}
@@ -357,6 +361,20 @@ class Wire(BaseModel):
     fields may appear, as in the APIs kaname follows."""
 
     model_config = ConfigDict(extra="allow")
+
+
+class DraftCounts(Wire):
+    """kaname's extension of every API's usage: how the output was decoded."""
+
+    forced_tokens: int  # the grammar forced them (the model still chose each)
+    draft_tokens: int  # proposed as drafts (forced bytes, prompt n-grams) and checked
+    draft_accepted: int  # of those, chosen by the model: produced without a step each
+
+
+def draft_counts(u: Usage) -> dict[str, int]:
+    """The `DraftCounts` of a usage, for every API's usage object."""
+    return {"forced_tokens": u.forced_tokens, "draft_tokens": u.draft_tokens,
+            "draft_accepted": u.draft_accepted}
 
 
 class NotEnforcedOut(Wire):

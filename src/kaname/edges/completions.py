@@ -13,6 +13,7 @@ from ..grammar import Constraint, to_constraint
 from .chat import ResponseFormat
 from .common import (
     BudgetOut,
+    DraftCounts,
     Loose,
     NotEnforcedOut,
     Refused,
@@ -117,7 +118,7 @@ class CompletionChoice(Wire):
     token_ids: list[int] | None = None  # with return_token_ids
 
 
-class CompletionUsage(Wire):
+class CompletionUsage(DraftCounts):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from ..chat import TurnResult
+from ..decoding.generation import Usage
 from ..errors import RequestError
 from ..formats import ParsedTurn, items
 from ..formats.items import Delta, TextDelta
@@ -28,11 +29,13 @@ from ..grammar import JsonSchema
 from .common import (
     AnthropicToolName,
     DocumentedAs,
+    DraftCounts,
     KanameOptions,
     Loose,
     RequestBody,
     TurnReport,
     Wire,
+    draft_counts,
     extras,
     read,
     sampling,
@@ -267,7 +270,8 @@ def to_turn(req: CountTokensRequest) -> TurnRequest:
         max_reasoning_tokens=budget, messages=tuple(turn), model=req.model,
         reasoning_asked=_reasoning(req), allow_unenforced=req.allow_unenforced,
         strict_level_asked=req.strict_level, origins=origins,
-        guards=req.kaname.guard_overrides() if req.kaname else {}, ignored=tuple(ignored),
+        guards=req.kaname.guard_overrides() if req.kaname else {},
+        draft=req.kaname.draft if req.kaname else True, ignored=tuple(ignored),
         **extra)
 
 
@@ -423,10 +427,9 @@ def _reasoning(req: CountTokensRequest) -> ReasoningAsk | None:
 
 def usage(result: TurnResult | None, input_tokens: int = 0) -> dict[str, int]:
     # no prompt cache here: Anthropic's cache counters are always 0
-    u = result.usage if result is not None else None
-    return {"input_tokens": u.prompt_tokens if u else input_tokens,
-            "output_tokens": u.completion_tokens if u else 0,
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    u = result.usage if result is not None else Usage(input_tokens, 0)
+    return {"input_tokens": u.prompt_tokens, "output_tokens": u.completion_tokens,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, **draft_counts(u)}
 
 
 def stop_reason(result: TurnResult) -> tuple[str, str | None]:
@@ -598,7 +601,7 @@ Block = TextBlock | ThinkingBlock | ToolUseBlock
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 
 
-class MessageUsage(Wire):
+class MessageUsage(DraftCounts):
     input_tokens: int
     output_tokens: int
     cache_creation_input_tokens: int

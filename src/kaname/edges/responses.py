@@ -31,6 +31,7 @@ from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
 from ..grammar import Constraint, from_response_format
 from .common import (
     DocumentedAs,
+    DraftCounts,
     KanameOptions,
     OpenAIToolName,
     Refused,
@@ -39,6 +40,7 @@ from .common import (
     Wire,
     check_tool_name,
     custom_tool,
+    draft_counts,
     extras,
     refuse,
     sampling,
@@ -385,6 +387,7 @@ def to_turn(req: ResponsesRequest, history: Sequence[Located]) -> TurnRequest:
         reasoning_asked=_reasoning(req.reasoning), max_tokens=req.max_output_tokens,
         sampling=sampling(req.temperature, req.top_p, req.seed, req.stop),
         guards=req.kaname.guard_overrides() if req.kaname else {},
+        draft=req.kaname.draft if req.kaname else True,
         allow_unenforced=req.allow_unenforced, strict_level_asked=req.strict_level,
         origins=ORIGINS, ignored=tuple(ignored))
 
@@ -864,7 +867,7 @@ class Context:
                 "input_tokens_details": {"cached_tokens": 0},
                 "output_tokens": u.completion_tokens,
                 "output_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
-                "total_tokens": u.prompt_tokens + u.completion_tokens}
+                "total_tokens": u.prompt_tokens + u.completion_tokens, **draft_counts(u)}
             body["kaname"] = result.report
         return body
 
@@ -962,7 +965,7 @@ class OutputTokensDetails(Wire):
     reasoning_tokens: int
 
 
-class ResponseUsage(Wire):
+class ResponseUsage(DraftCounts):
     input_tokens: int
     input_tokens_details: InputTokensDetails
     output_tokens: int

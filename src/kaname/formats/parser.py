@@ -295,7 +295,7 @@ class _Scan:
         markers = [*(m for m in (glue + opener, opener, core) if with_calls and m),
                    *content_ends]
         rest = self.text[self.pos:]
-        skip = self._json_extent(rest) if self.json_content else 0
+        skip = self._json_extent(rest, markers) if self.json_content else 0
         cut = -1 if skip is None else min(
             (i for m in (core, *content_ends) if m and (i := rest.find(m, skip)) >= 0),
             default=-1)
@@ -327,13 +327,19 @@ class _Scan:
             self.expect_end(ends)
         return self.turn
 
-    def _json_extent(self, rest: str) -> int | None:
+    def _json_extent(self, rest: str, markers: Sequence[str]) -> int | None:
         """Where the JSON value that starts `rest` (after the format's JSON wrapper) ends;
-        None while it is still being written; 0 where `rest` holds no JSON value."""
+        None while it is still being written; 0 where `rest` holds no JSON value (it starts
+        with one of `markers`, a call opener or an end of content, or a prefix of one while
+        streaming: a turn of calls only has no content)."""
         start = len(self.fmt.json_prefix) if self.fmt.json_prefix \
             and rest.startswith(self.fmt.json_prefix) else 0
         while start < len(rest) and rest[start] in " \t\n\r":
             start += 1
+        body = rest[start:]
+        if body and any(m and (body.startswith(m) or (self.partial and m.startswith(body)))
+                        for m in markers):
+            return 0
         try:
             return json.JSONDecoder().raw_decode(rest, start)[1]
         except ValueError:

@@ -153,6 +153,7 @@ class TurnRequest:
     sampling: Sampling = field(default_factory=Sampling)
     guards: Mapping[str, Any] = field(default_factory=dict)  # over the server's Guards
     allow_unenforced: bool = False
+    draft: bool = True  # drafts the model verifies, where the server drafts (`kaname.draft`)
     strict_level_asked: StrictLevel | None = None  # None: the server's level
     origins: Origins = field(default_factory=Origins)
     ignored: tuple[Ignored, ...] = ()

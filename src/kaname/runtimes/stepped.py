@@ -30,14 +30,16 @@ class Stepped:
         self._steps = []
 
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
-        rows: list[NDArray[np.float32]] = []
-        want = set(logits_at)
+        where = {at: j for j, at in enumerate(logits_at)}
+        rows: NDArray[np.float32] | None = None
         for i, token in enumerate(tokens):
             self._steps.append(self._snapshot())
             row = self._step(token)
-            if i in want:
-                rows.append(row.copy())
-        return np.stack(rows) if rows else np.empty((0, 0), dtype=np.float32)
+            if i in where:
+                if rows is None:
+                    rows = np.empty((len(logits_at), len(row)), dtype=np.float32)
+                rows[where[i]] = row
+        return rows if rows is not None else np.empty((0, 0), dtype=np.float32)
 
     def rollback(self, n: int) -> None:
         if n <= 0:

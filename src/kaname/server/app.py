@@ -186,7 +186,8 @@ def _prepare_completion(turns: Turns, req: CompletionRequest, deadline: Deadline
     stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     params = gen_params(budget(backend, backend.count_tokens(prompt), req.max_tokens, 16,
                                turns.limit, "/prompt"),
-                        req.temperature, req.top_p, req.seed, [s for s in stops if s])
+                        req.temperature, req.top_p, req.seed, [s for s in stops if s],
+                        turns.config.draft and (req.kaname is None or req.kaname.draft))
     guards = backend.compiler.guards
     if req.kaname is not None and req.kaname.guards is not None:
         guards = req.kaname.guards.over(guards)

@@ -30,6 +30,7 @@ class GenParams:
     max_tokens: int
     sampling: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=1.0))
     stop: list[str] = field(default_factory=list)
+    draft: bool = True  # local models: drafts the model verifies (upstreams decide their own)
 
 
 class Backend(Protocol):

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import Request
 
 from ..decoding import Generation, SamplingParams
+from ..edges.common import draft_counts
 from ..errors import NotEnforcedError
 from ..grammar import CompiledConstraint
 from .admission import Slot, token_budget
@@ -85,17 +86,17 @@ def budget(backend: Backend, prompt_tokens: int, asked: int | None, default: int
 
 
 def gen_params(max_tokens: int, temperature: float | None, top_p: float | None,
-               seed: int | None, stop: list[str]) -> GenParams:
+               seed: int | None, stop: list[str], draft: bool) -> GenParams:
     # Any integer is a seed (OpenAI takes negative ones); numpy wants 0 <= seed < 2**64.
     return GenParams(max_tokens, SamplingParams(
         temperature=1.0 if temperature is None else temperature, top_p=top_p or 1.0,
-        seed=None if seed is None else seed % 2**64), stop)
+        seed=None if seed is None else seed % 2**64), stop, draft)
 
 
 def usage(gen: Generation) -> dict[str, int]:
     u = gen.usage
     return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-            "total_tokens": u.prompt_tokens + u.completion_tokens}
+            "total_tokens": u.prompt_tokens + u.completion_tokens, **draft_counts(u)}
 
 
 def count(metrics: Metrics, gen: Generation) -> None:

@@ -46,6 +46,9 @@ class ServerConfig:
     # turn starts with a reasoning block) or "off" (the model does not reason: no request can
     # switch it on). None: "on" for formats with a reasoning block.
     reasoning: Literal["on", "off", "required"] | None = None
+    # local models: drafts the model verifies (forced tokens, prompt n-grams); the same answers
+    # either way, so on unless a request says `kaname.draft: false` (--no-draft: off for all)
+    draft: bool = True
 
     def compile_cache_bytes(self) -> int:
         return self.compile_cache_mb << 20

@@ -77,6 +77,7 @@ class LocalBackend:
             return engine.generate(prompt, compiled, max_tokens=params.max_tokens,
                                    temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                                    min_p=s.min_p, seed=s.seed, stop=params.stop,
+                                   drafting="verify" if params.draft else "off",
                                    on_tokens=on_tokens)
 
         def done(f: Any) -> None:  # the slot is free only once the thread has stopped
@@ -102,7 +103,10 @@ class LocalBackend:
                            code="timeout") from None
         stream.flush(result.text)
         self.metrics.observe_constraint_ns(result.constraint_ns)
-        self.metrics.tokens.labels("forced").inc(result.usage.forced_tokens)
+        u = result.usage
+        for kind, n in (("forced", u.forced_tokens), ("draft", u.draft_tokens),
+                        ("draft_accepted", u.draft_accepted)):
+            self.metrics.tokens.labels(kind).inc(n)
         return result
 
     async def aclose(self) -> None:

@@ -15,7 +15,8 @@ class Metrics:
         r = self.registry
         self.requests = Counter("kaname_requests", "HTTP requests by endpoint and status",
                                 ["endpoint", "status"], registry=r)
-        self.tokens = Counter("kaname_tokens", "Tokens by kind (prompt, completion, forced)",
+        self.tokens = Counter("kaname_tokens", "Tokens by kind (prompt, completion, forced, "
+                              "draft, draft_accepted)",
                               ["kind"], registry=r)
         self.queue_depth = Gauge("kaname_queue_depth", "Requests waiting for a generation slot",
                                  registry=r)

@@ -1,0 +1,177 @@
+"""Verified drafts in `kaname bench engine`: tokens/s with drafts (forced tokens and prompt
+n-grams, each checked by the model), with forced tokens committed unverified (kaname's path
+before drafts), with neither (one token per model call), and unconstrained; the acceptance
+rate; and whether greedy outputs are identical across the constrained modes.
+
+Besides the engine cases (`common.CASES`), extraction cases whose output is mostly copied from
+a longer prompt: where prompt lookup pays.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine import Engine
+from .common import CASES, Case
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "role": {"type": "string"},
+        "organization": {"type": "string"},
+        "city": {"type": "string"},
+        "award": {"type": "string"},
+        "year": {"type": "integer"},
+    },
+    "required": ["name", "role", "organization", "city", "award", "year"],
+    "additionalProperties": False,
+}
+
+ENTITIES = {
+    "type": "object",
+    "properties": {
+        "entities": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 8,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "kind": {"enum": ["person", "organization", "place"]},
+                },
+                "required": ["name", "kind"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["entities"],
+    "additionalProperties": False,
+}
+
+SHOP = {
+    "type": "object",
+    "properties": {
+        "店名": {"type": "string"},
+        "開業年": {"type": "integer"},
+        "所在地": {"type": "string"},
+        "店主": {"type": "string"},
+        "専門": {"type": "string"},
+    },
+    "required": ["店名", "開業年", "所在地", "店主", "専門"],
+    "additionalProperties": False,
+}
+
+EXTRACTION: tuple[Case, ...] = (
+    Case("extract_record", PERSON,
+         "Dr. Margaret Okonkwo-Hastings, chief research scientist at the Northfield Institute "
+         "for Marine Robotics in Halifax, Nova Scotia, received the Atlantic Engineering "
+         "Innovation Prize in 2023 for her work on autonomous underwater gliders that map "
+         "coral reefs.\n\nThe person above as JSON: "),
+    Case("extract_entities", ENTITIES,
+         "On Tuesday, Helena Marchetti, the mayor of Bologna, met representatives of "
+         "Fincantieri Marine Group and the University of Genoa at the Palazzo d'Accursio to "
+         "discuss a new harbour research centre. Professor Tomasz Wieczorek from the Gdansk "
+         "University of Technology joined the meeting by video from Warsaw.\n\n"
+         "Every person, organization and place named above, as JSON: "),
+    Case("extract_ja", SHOP,
+         "ほしぞら書店は2011年に横浜市中区で開業した古書店です。店主の白石はるかさんは、"
+         "天文学と宇宙の古い図鑑を専門に集めています。\n\n上の文の店をJSONで: "),
+)
+
+MODES = ("verify", "force", "off", "unconstrained")
+
+
+@dataclass
+class DraftCase:
+    name: str
+    extraction: bool
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+    tokens: dict[str, list[int]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    proposed: int = 0
+    accepted: int = 0
+    forced: int = 0
+
+
+def run_case(engine: Engine, case: Case, extraction: bool, repetitions: int,
+             max_tokens: int) -> DraftCase:
+    compiled = engine.compile(case.schema)
+    prompt = engine.runtime.tokenize(case.prompt)
+    engine.runtime.start(prompt)  # the prompt in the KV cache for every timed run alike
+    out = DraftCase(case.name, extraction)
+    for rep in range(repetitions):
+        order = MODES if rep % 2 == 0 else MODES[::-1]  # drift hits every mode alike
+        for mode in order:
+            gc.collect()
+            t0 = time.perf_counter()
+            if mode == "unconstrained":
+                g = engine.generate(prompt, None, max_tokens=max_tokens)
+            else:
+                g = engine.generate(prompt, compiled, max_tokens=max_tokens,
+                                    drafting=mode)  # type: ignore[arg-type]
+            seconds = time.perf_counter() - t0
+            out.seconds.setdefault(mode, []).append(seconds)
+            out.tokens.setdefault(mode, []).append(g.usage.completion_tokens)
+            out.texts[mode] = g.text
+            if mode == "verify" and rep == 0:
+                out.proposed, out.accepted = g.usage.draft_tokens, g.usage.draft_accepted
+                out.forced = g.usage.forced_tokens
+    return out
+
+
+def _tps(c: DraftCase, mode: str, rep: int | None = None) -> float:
+    idx = range(len(c.seconds[mode])) if rep is None else [rep]
+    seconds = sum(c.seconds[mode][i] for i in idx)
+    return sum(c.tokens[mode][i] for i in idx) / seconds if seconds else 0.0
+
+
+def measure(engine: Engine, *, repetitions: int, max_tokens: int,
+            cases: tuple[Case, ...] = CASES) -> dict[str, Any]:
+    results = [run_case(engine, c, False, repetitions, max_tokens) for c in cases]
+    results += [run_case(engine, c, True, repetitions, max_tokens) for c in EXTRACTION]
+    extraction = [c for c in results if c.extraction]
+    ratios = []
+    for rep in range(repetitions):  # paired per repetition, then the median
+        drafted = sum(c.tokens["verify"][rep] for c in extraction) / \
+            sum(c.seconds["verify"][rep] for c in extraction)
+        free = sum(c.tokens["unconstrained"][rep] for c in extraction) / \
+            sum(c.seconds["unconstrained"][rep] for c in extraction)
+        ratios.append(drafted / free)
+    proposed = sum(c.proposed for c in results)
+    return {
+        "greedy_identical": all(c.texts["verify"] == c.texts["off"] for c in results),
+        "extraction_tps_ratio": statistics.median(ratios),
+        "acceptance_rate": sum(c.accepted for c in results) / proposed if proposed else 0.0,
+        "cases": [{
+            "name": c.name, "extraction": c.extraction,
+            "tokens_per_s": {m: round(statistics.median(
+                _tps(c, m, r) for r in range(repetitions)), 1) for m in MODES},
+            "completion_tokens": c.tokens["verify"][0],
+            "draft_tokens": c.proposed, "draft_accepted": c.accepted,
+            "forced_tokens": c.forced,
+            "greedy_identical": c.texts["verify"] == c.texts["off"],
+            "force_changes_answer": c.texts["force"] != c.texts["off"],
+            "text": c.texts["verify"],
+        } for c in results],
+        "config": {"repetitions": repetitions, "max_tokens": max_tokens, "sampling": "greedy"},
+    }
+
+
+def print_table(data: dict[str, Any]) -> None:
+    print("\nVerified drafts (greedy; tokens/s, median of runs)")
+    print(f"{'case':18} {'drafts':>8} {'forced':>8} {'none':>8} {'unconstr':>9} "
+          f"{'accepted':>10} {'identical':>9}")
+    for c in data["cases"]:
+        t = c["tokens_per_s"]
+        acc = f"{c['draft_accepted']}/{c['draft_tokens']}"
+        print(f"{c['name']:18} {t['verify']:8.1f} {t['force']:8.1f} {t['off']:8.1f} "
+              f"{t['unconstrained']:9.1f} {acc:>10} {c['greedy_identical']!s:>9}")
+    print(f"greedy identical on every case: {data['greedy_identical']}; acceptance rate "
+          f"{data['acceptance_rate']:.2f}; extraction: drafts / unconstrained tokens/s "
+          f"{data['extraction_tps_ratio']:.2f}x")
