@@ -541,12 +541,17 @@ def test_openai_agents_runs_to_completion(server):
         set_tracing_disabled(True)
         return [await run(seed) for seed in range(2)]
 
+    calls = 0
     for result in asyncio.run(both()):
         assert isinstance(result.final_output, Forecast)
         kinds = [type(i).__name__ for i in result.new_items]
-        assert kinds[:2] == ["ToolCallItem", "ToolCallOutputItem"]
+        # the first turn calls the tool (once, or in parallel), each call gets its output
+        first = kinds.index("ToolCallOutputItem")
+        assert first >= 1 and set(kinds[:first]) == {"ToolCallItem"}
+        assert kinds.count("ToolCallItem") == kinds.count("ToolCallOutputItem")
         assert kinds[-1] == "MessageOutputItem"
-    assert len(looked_up) == 2
+        calls += kinds.count("ToolCallItem")
+    assert len(looked_up) == calls >= 2
 
 
 # ---- fuzz ------------------------------------------------------------------------------------

@@ -41,8 +41,8 @@ def reference(z32: np.ndarray, allowed: np.ndarray, temperature: float, top_k: i
 
 
 class FixedMask:
-    """A matcher double whose every state allows the same tokens (LLMatcher's surface that
-    TokenPicker uses)."""
+    """A matcher double whose every state allows the same tokens (the surface of
+    `grammar.Matcher` that TokenPicker uses)."""
 
     def __init__(self, allowed: np.ndarray):
         self.allowed = allowed
@@ -50,8 +50,9 @@ class FixedMask:
         bits[: len(allowed)] = allowed
         self.words = np.packbits(bits, bitorder="little").view(np.int32)
 
-    def unsafe_compute_mask_ptr(self, ptr: int, nbytes: int) -> None:
-        ctypes.memmove(ptr, self.words.ctypes.data, min(nbytes, self.words.nbytes))
+    def fill_mask(self, words: np.ndarray) -> None:
+        ctypes.memmove(words.ctypes.data, self.words.ctypes.data,
+                       min(words.nbytes, self.words.nbytes))
 
     def validate_tokens(self, tokens: list[int]) -> int:
         return int(self.allowed[tokens[0]])

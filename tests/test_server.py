@@ -150,7 +150,11 @@ def _streamed(client, **kwargs):
 
 def test_stream_equals_non_stream(client):
     compared_calls = 0
-    for seed in range(8):
+    # at least 8 seeds, and as many more as it takes to compare 3 tool calls (which seeds
+    # call tools depends on the sampler's draws, not on what this test checks)
+    for seed in range(40):
+        if seed >= 8 and compared_calls >= 3:
+            break
         kwargs = dict(model="random", messages=MESSAGES, tools=TOOLS, seed=seed,
                       max_tokens=400, temperature=0.9)
         r = client.chat.completions.create(**kwargs)
