@@ -34,7 +34,8 @@ def test_generate_json_on_the_default_model():
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert set(out) == {"text", "finish_reason", "usage", "valid"}
-    assert set(out["usage"]) == {"prompt_tokens", "completion_tokens", "forced_tokens"}
+    assert set(out["usage"]) == {"prompt_tokens", "completion_tokens", "forced_tokens",
+                                 "draft_tokens", "draft_accepted"}
     assert out["finish_reason"] == "stop" and out["valid"] is True
     assert out["usage"]["forced_tokens"] > 0
     assert json.loads(out["text"])["founded_year"] == 2011

@@ -181,3 +181,40 @@ def test_usage_reports_draft_counts_on_every_api(server, draft):
     total = sum(u["draft_tokens"] for u in seen)
     # the schema forces most of its bytes: with drafts they are proposed, without none are
     assert (total > 0) if draft else (total == 0), seen
+
+
+@pytest.mark.model
+def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call():
+    """Calls of up to `exact_batch` tokens, rolled back or not, give every row bit for bit as
+    one token a call does: what greedy identity on the real model rests on."""
+    from kaname.runtimes.llamacpp import LlamaCppRuntime
+
+    rt = LlamaCppRuntime.default()
+    prompt = rt.tokenize("Invoice INV-2024-0457 was billed to Blue Harbor Cafe on")
+    tokens = rt.tokenizer.tokenize_str(" 2024-03-15, for 3 kg of espresso beans.")
+    rt.start(prompt)
+    one = [rt.evaluate([t], [0])[0].copy() for t in tokens]
+    rt.start(prompt)
+    step = rt.exact_batch
+    assert step is not None and step >= 2
+    rows = []
+    for k in range(0, len(tokens), step):
+        rt.evaluate([5, 6, 7][:step], range(step))  # a draft the model turned down
+        rt.rollback(step)
+        chunk = tokens[k:k + step]
+        rows += list(rt.evaluate(chunk, range(len(chunk))))
+    assert all(np.array_equal(a, b) for a, b in zip(one, rows, strict=True))
+
+
+@pytest.mark.model
+def test_greedy_with_drafts_is_byte_identical_on_the_embedded_model():
+    from kaname.bench.drafts_bench import EXTRACTION
+    from kaname.engine import Engine
+
+    engine = Engine.default()
+    for case in EXTRACTION:
+        c = engine.compile(case.schema)
+        off = engine.generate(case.prompt, c, max_tokens=80, drafting="off")
+        drafted = engine.generate(case.prompt, c, max_tokens=80)
+        assert drafted.text == off.text, case.name
+        assert drafted.usage.draft_accepted > 0, case.name

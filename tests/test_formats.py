@@ -535,6 +535,8 @@ class _WantsToEnd:
         row = self._model.advance(tokens)
         return row + self._bias if self._seen >= self._patience else row
 
+    exact_batch = None
+
     def evaluate(self, tokens, logits_at):
         rows = []
         for i, t in enumerate(tokens):  # one token at a time, as the inner model counts

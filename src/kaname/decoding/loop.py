@@ -133,42 +133,55 @@ class _Run:
                     proposed = self.drafter.propose(m, self.max_tokens - len(self.out))
                     draft, draft_forced = proposed.tokens, proposed.forced
                     self.costs[-1] += time.perf_counter_ns() - t2
-                t1 = time.perf_counter_ns()
-                # logits after the last token of `new` and after each draft token (row i
-                # chooses draft[i]; the last row, what follows the whole draft)
-                rows = self.runtime.evaluate(new + draft, range(len(new) - 1, len(new + draft)))
-                self.model_ns += time.perf_counter_ns() - t1
-                kept = 0
-                if draft:
-                    assert m is not None
-                    t2 = time.perf_counter_ns()
-                    kept, pending = self._verify(draft, rows, m)
-                    self.drafted += len(draft)
-                    self.accepted += kept
-                    self.forced += min(kept, draft_forced)
-                    if kept < len(draft):
-                        self.runtime.rollback(len(draft) - kept)
-                    self.costs[-1] += time.perf_counter_ns() - t2
-                    if kept:
-                        self._commit(draft[:kept])
-                logits = rows[kept]
+                if not draft:
+                    t1 = time.perf_counter_ns()
+                    logits = self.runtime.evaluate(new, [len(new) - 1])[0]
+                    self.model_ns += time.perf_counter_ns() - t1
+                    continue
+                assert m is not None
+                kept, pending, logits = self._verify(new, draft, m)
+                self.drafted += len(draft)
+                self.accepted += kept
+                self.forced += min(kept, draft_forced)
+                if kept:
+                    self._commit(draft[:kept])
         except _StopString as hit:
             return self._done(self.text[:hit.at], "stop", hit.sequence)
         if finish == "length" and m is not None and m.is_stopped():
             finish = "stop"  # the last draft completed the grammar at max_tokens
         return self._done(self.tok.decode_bytes(self.out), finish, None)
 
-    def _verify(self, draft: list[int], rows: NDArray[np.float32], m: Matcher
-                ) -> tuple[int, int | None]:
-        """How many draft tokens the picker chooses in a row (committing them to `m`), and its
-        own choice where it first disagrees."""
-        for i, token in enumerate(draft):
-            choice = self.picker.pick(rows[i], m)
-            if choice != token:
-                return i, choice
-            if not m.accept_tokens([token]):
-                raise dead_end(m)
-        return len(draft), None
+    def _verify(self, new: list[int], draft: list[int], m: Matcher
+                ) -> tuple[int, int | None, NDArray[np.float32]]:
+        """Evaluate `new` and the draft with logits at every position, in calls of at most
+        `exact_batch` tokens, checking each draft token as its logits come: how many the
+        picker chooses in a row (committed to `m`), its own choice where it first disagrees
+        (the rest rolled back), and the logits after the last token kept."""
+        seq = new + draft
+        step = self.runtime.exact_batch or len(seq)
+        done = 0  # tokens of `seq` evaluated
+        while True:
+            chunk = seq[done:done + step]
+            t1 = time.perf_counter_ns()
+            rows = self.runtime.evaluate(chunk, range(len(chunk)))
+            self.model_ns += time.perf_counter_ns() - t1
+            t2 = time.perf_counter_ns()
+            for j in range(len(chunk)):
+                i = done + j - len(new) + 1  # rows[j] chooses draft[i]
+                if i < 0:
+                    continue
+                if i == len(draft):
+                    self.costs[-1] += time.perf_counter_ns() - t2
+                    return len(draft), None, rows[j]
+                choice = self.picker.pick(rows[j], m)
+                if choice != draft[i]:
+                    self.runtime.rollback(done + len(chunk) - len(new) - i)
+                    self.costs[-1] += time.perf_counter_ns() - t2
+                    return i, choice, rows[j]
+                if not m.accept_tokens([draft[i]]):
+                    raise dead_end(m)
+            self.costs[-1] += time.perf_counter_ns() - t2
+            done += len(chunk)
 
     def _commit(self, new: list[int]) -> None:
         if not self.first_token_ns:

@@ -41,6 +41,13 @@ class Runtime(Protocol):
         """Append tokens (one sampled, maybe forced ones) in one call; logits for the next."""
         ...
 
+    @property
+    def exact_batch(self) -> int | None:
+        """The most tokens one call evaluates with the very numerics of one token a call
+        (None: any number). Drafts are checked in calls of at most this many tokens, so
+        that they never change an answer, not even at a near tie."""
+        ...
+
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
         """Append `tokens` in one call; for each index i of `logits_at` (ascending), the logits
         for the token after `tokens[:i + 1]`, as the rows of a fresh array. A draft is checked

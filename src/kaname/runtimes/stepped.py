@@ -16,6 +16,7 @@ class Stepped:
     return the next logits row) and calls `_reset_steps` when it starts a prompt."""
 
     _steps: list[Any]
+    exact_batch: int | None = None  # a row depends on the state alone, not on the batch
 
     def _snapshot(self) -> Any:
         raise NotImplementedError
