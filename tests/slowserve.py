@@ -18,6 +18,7 @@ SLOW_PREFILL = "(slow prefill)"
 STEP = float(os.environ.get("KANAME_TEST_STEP_S", "0"))
 PREFILL = float(os.environ.get("KANAME_TEST_PREFILL_S", "0"))
 _start, _advance = RandomLogitsRuntime.start, RandomLogitsRuntime.advance
+_evaluate = RandomLogitsRuntime.evaluate
 
 
 def _slow_start(self: RandomLogitsRuntime, prompt: Sequence[int]):  # type: ignore[no-untyped-def]
@@ -32,7 +33,14 @@ def _slow_advance(self: RandomLogitsRuntime, tokens: Sequence[int]):  # type: ig
 
 
 RandomLogitsRuntime.start = _slow_start  # type: ignore[method-assign]
+def _slow_evaluate(self: RandomLogitsRuntime, tokens: Sequence[int],  # type: ignore[no-untyped-def]
+                   logits_at: Sequence[int]):
+    time.sleep(STEP)  # one model call, as the decoding loop makes them (a token and its draft)
+    return _evaluate(self, tokens, logits_at)
+
+
 RandomLogitsRuntime.advance = _slow_advance  # type: ignore[method-assign]
+RandomLogitsRuntime.evaluate = _slow_evaluate  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(main(["serve", *sys.argv[1:]]))

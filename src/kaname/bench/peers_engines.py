@@ -156,7 +156,7 @@ class KanameAdapter(_LLGuidanceWalk):
         return self.compiler.compile(JsonSchema(schema))
 
     def _fresh(self, compiled: Any) -> Any:
-        return compiled.new_matcher()
+        return compiled.new_matcher().llg  # walked with llguidance's own calls, as the peers
 
 
 class LLGuidanceAdapter(_LLGuidanceWalk):
