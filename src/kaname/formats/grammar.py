@@ -35,6 +35,7 @@ from ..grammar.lark import (
     start_rule,
     string_literal,
 )
+from ..grammar.schema_walk import map_subschemas
 from . import keyed, raw_text
 from .request import CUSTOM_INPUT, Origins, Tool, TurnRequest
 from .spec import ChatFormat, ToolCallSyntax
@@ -244,15 +245,37 @@ def _pointer_token(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
+# What belongs to a schema's root resource: its dialect, base URI and definitions.
+_ROOT_KEYWORDS = ("$schema", "$id", "$defs", "definitions")
+_DEFINITIONS = ("#/$defs/", "#/definitions/")
+
+
+def _embedded(params: Any, prefix: str) -> tuple[dict[str, Any], Any]:
+    """(root keywords, body) of `params` for embedding at `prefix` inside a wrapper schema.
+
+    The root keywords go to the wrapper's root, where the bare schema has them: the guards
+    (`max_depth` unrolls recursion through root definitions only), the rewrites and llguidance
+    (which reads the dialect at the root) then see the parameters as they see
+    `JsonSchema(params)`, so a call's arguments and the bare schema accept the same values.
+    The body's other local `$ref`s ("#", "#/properties/...") move `prefix` deeper."""
+    rebased = _rebase_refs(params, prefix)
+    if not isinstance(rebased, dict):
+        return {}, rebased
+    root = {k: v for k, v in rebased.items() if k in _ROOT_KEYWORDS}
+    return root, {k: v for k, v in rebased.items() if k not in _ROOT_KEYWORDS}
+
+
 def _rebase_refs(schema: Any, prefix: str) -> Any:
-    """A copy of `schema` whose local `$ref`s ("#...") point `prefix` deeper."""
-    if isinstance(schema, dict):
-        return {k: (f"#{prefix}{v[1:]}" if k == "$ref" and isinstance(v, str)
-                    and v.startswith("#") else _rebase_refs(v, prefix))
-                for k, v in schema.items()}
-    if isinstance(schema, list):
-        return [_rebase_refs(v, prefix) for v in schema]
-    return schema
+    """A copy of `schema` whose local `$ref`s ("#...") point `prefix` deeper, but for those
+    into the root's definitions (which `_embedded` keeps at the root). Only references in
+    schema positions: a `$ref` key inside a `const` or `enum` value is data."""
+    if not isinstance(schema, dict):
+        return schema
+    out = map_subschemas(schema, lambda s: _rebase_refs(s, prefix))
+    ref = out.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#") and not ref.startswith(_DEFINITIONS):
+        out["$ref"] = f"#{prefix}{ref[1:]}"
+    return out
 
 
 # OpenAI: "omitting parameters defines a function with an empty parameter list". Seen through
@@ -268,10 +291,13 @@ def _call_inner(b: _Builder, s: ToolCallSyntax, req: TurnRequest, tool: Tool | N
     if tool is not None and req.strict_level == "full":
         params = tool.parameters if tool.parameters is not None else NO_ARGUMENTS
     if s.layout == "json":
-        name_schema: Any = {"type": "string"} if tool is None else {"const": tool.name}
-        # the parameters move under properties/<args_key>: their local $refs move with them
-        params = _rebase_refs(params, "/properties/" + _pointer_token(s.args_key))
-        schema = {"type": "object", "properties": {s.name_key: name_schema, s.args_key: params},
+        # `enum`, not `const`: the parameters' dialect becomes the wrapper's, and llguidance
+        # reads no `const` in draft 4
+        name_schema: Any = {"type": "string"} if tool is None else {"enum": [tool.name]}
+        # the parameters move under properties/<args_key>, their definitions stay at the root
+        root, params = _embedded(params, "/properties/" + _pointer_token(s.args_key))
+        schema = {**root, "type": "object",
+                  "properties": {s.name_key: name_schema, s.args_key: params},
                   "required": [s.name_key, s.args_key], "additionalProperties": False}
         return b.json(schema, strict=tool is not None and tool.strict)
     name = "/[A-Za-z0-9_.-]+/" if tool is None else string_literal(tool.name)
