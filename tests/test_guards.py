@@ -6,9 +6,18 @@ import json
 
 import jsonschema
 import pytest
+from matching import accepts
 
 from kaname.decoding import SamplingParams, decode
-from kaname.formats import FORMATS, TurnRequest, build_grammar, get_format, parse, tools_from_openai
+from kaname.formats import (
+    FORMATS,
+    TurnRequest,
+    build_grammar,
+    get_format,
+    parse,
+    render_assistant,
+    tools_from_openai,
+)
 from kaname.grammar import GrammarCompiler, Guards, JsonSchema, Lark
 from kaname.grammar.guards import apply_guards
 from kaname.runtimes.random_logits import RandomLogitsRuntime
@@ -261,12 +270,6 @@ def test_untyped_values_nest_at_most_max_depth(gemma):
     assert not _accepts(gemma, compiled, {"a": 1, "x": {"y": {"z": {"w": [1]}}}})
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open bug, found 2026-12-02: in the qwen3 turn grammar (synthetic vocabulary) a tool's "
-    "arguments nest 6 nodes deep under max_depth=3 (seed 9, temperature 1.0), and the turn "
-    "grammar accepts that text canonically tokenized, while JsonSchema(params) under the "
-    "same guards refuses it. The unverified forced-token path never sampled there; exact "
-    "decoding (drafts or none) does. Strict: this fails once the cap holds again."))
 def test_a_recursive_tool_schema_ends_within_budget_with_the_depth_cap():
     """The query tree as a tool's arguments, in every format, on the random model: without a
     cap some runs nest until max_tokens; with max_depth (and max_array_items, for breadth)
@@ -307,3 +310,135 @@ def test_a_recursive_tool_schema_ends_within_budget_with_the_depth_cap():
                 if guards.max_depth is not None:
                     assert depth(args["where"]) <= 1 + guards.max_depth, (name, args)
     assert cut[None] > 0 and cut[3] == 0, cut
+
+
+# Recursive tool parameters, each with `deepest(h)`: the deepest arguments that follow h
+# recursive references (the level past the cap can still close with an empty list), so that
+# under a cap of h, `deepest(h)` is taken and bounds every run's nesting, `deepest(h + 1)` not.
+def _tree_deepest(h: int) -> dict:
+    return {"op": "and", "children": [] if h == 0 else [_tree_deepest(h - 1)]}
+
+
+def _mutual_a(h: int) -> dict:
+    return {} if h == 0 else {"b": _mutual_b(h - 1)}
+
+
+def _mutual_b(h: int) -> dict:
+    return {"a": [] if h == 0 else [_mutual_a(h - 1)]}
+
+
+def _chain(h: int) -> dict:
+    return {"v": 1} if h == 0 else {"v": 1, "next": _chain(h - 1)}
+
+
+RECURSIVE_PARAMS: dict[str, tuple[dict, object]] = {
+    "tree": ({"type": "object", "properties": {"where": {"$ref": "#/$defs/Node"}},
+              "required": ["where"], "additionalProperties": False, "$defs": TREE["$defs"]},
+             lambda h: {"where": _tree_deepest(h)}),
+    # the parameters are the reference: `$ref` at the root, beside the definitions
+    "mutual": ({"$defs": MUTUAL["$defs"], "$ref": "#/$defs/A"}, _mutual_a),
+    # draft 7, whose definitions llguidance resolves as `definitions` only
+    "chain_draft7": ({"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {
+        "L": {"type": "object", "properties": {"v": {"type": "integer", "maximum": 9},
+                                               "next": {"$ref": "#/definitions/L"}},
+              "required": ["v"], "additionalProperties": False}},
+        "type": "object", "properties": {"head": {"$ref": "#/definitions/L"}},
+        "required": ["head"], "additionalProperties": False}, lambda h: {"head": _chain(h)}),
+}
+# one format per way of writing arguments: JSON around name and arguments (two spellings of
+# the arguments key), JSON after the name, one key at a time
+LAYOUTS = ("qwen3", "llama31", "mistral", "glm45")
+
+
+def _layouts(params: dict) -> list[str]:
+    """The formats of LAYOUTS that take `params`: per-key arguments refuse a `$ref` at the
+    top of the parameters (tool_checks.py)."""
+    return [n for n in LAYOUTS
+            if "$ref" not in params or get_format(n).tool_calls.layout != "per_key"]
+
+
+def _nesting(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_nesting, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_nesting, value), default=0)
+    return 0
+
+
+def _turn_matcher(name: str, params: dict, guards: Guards):
+    """(format, request, tokenizer, eos ids, compiled turn grammar) of a turn that must call
+    the one tool `query`, whose parameters are `params`."""
+    fmt = get_format(name)
+    tools = tools_from_openai([{"type": "function", "function": {
+        "name": "query", "strict": True, "parameters": params}}])
+    req = TurnRequest(tools=tools, tool_choice="query")
+    tok, eos = synthetic_tokenizer(fmt.special_tokens)
+    compiler = GrammarCompiler(tok, guards=guards)
+    compiled = compiler.compile(Lark(build_grammar(fmt, req, tok, compiler=compiler,
+                                                   guards=guards)))
+    return fmt, req, tok, eos, compiled
+
+
+def _turn_accepts(name: str, params: dict, guards: Guards, args: dict) -> bool:
+    """Whether the turn grammar takes a call of `query` with `args`, as the format writes it."""
+    fmt, req, tok, _, compiled = _turn_matcher(name, params, guards)
+    text = render_assistant(fmt, {"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "query", "arguments": json.dumps(args)}}]}, "")
+    opening = req.opening_in(fmt)
+    rest = text[len(opening):] if text.startswith(opening) else text
+    m = compiled.new_matcher()
+    return m.accept_tokens(tok.tokenize_str(rest, parse_special=True)) and m.is_accepting()
+
+
+@pytest.mark.parametrize("schema", sorted(RECURSIVE_PARAMS))
+def test_a_tools_arguments_take_the_depths_its_bare_schema_takes(schema):
+    """The depth cap reaches a tool's parameters in every way a turn writes arguments, as it
+    reaches `JsonSchema(params)`: up to the cap both take every nesting, one more neither.
+    (The JSON layout once moved the parameters' definitions under properties/arguments, out
+    of the cap's sight: the turn took any depth where the bare schema refused.)"""
+    params, deepest = RECURSIVE_PARAMS[schema]
+    validator = jsonschema.Draft202012Validator(params)
+    for cap in (1, 2):
+        guards = Guards(max_depth=cap)
+        tok, _ = synthetic_tokenizer(())
+        bare = GrammarCompiler(tok, guards=guards).compile(JsonSchema(params, strict=True))
+        assert bare.caps["max_depth"]["value"] == cap
+        for h in range(cap + 3):
+            args = deepest(h)
+            assert validator.is_valid(args), args
+            want = h <= cap
+            assert accepts(tok, bare, args) is want, (cap, args)
+            for name in _layouts(params):
+                assert _turn_accepts(name, params, guards, args) is want, (name, cap, args)
+
+
+@pytest.mark.parametrize("schema", sorted(RECURSIVE_PARAMS))
+def test_random_arguments_never_nest_past_the_cap(schema):
+    """On the random model, under max_depth (and max_array_items, for breadth), no run of the
+    bare schema or of a turn calling the tool nests deeper than the cap allows, and every
+    run's arguments are valid for the schema as given."""
+    params, deepest = RECURSIVE_PARAMS[schema]
+    validator = jsonschema.Draft202012Validator(params)
+    cap = 2
+    guards = Guards(max_depth=cap, max_array_items=2)
+    most = _nesting(deepest(cap))
+    tok, eos = synthetic_tokenizer(())
+    bare = GrammarCompiler(tok, guards=guards).compile(JsonSchema(params, strict=True))
+    targets = [("bare", tok, eos, bare)] + [
+        (name, *_turn_matcher(name, params, guards)[2:]) for name in _layouts(params)]
+    for name, tok, eos, compiled in targets:
+        runtime = RandomLogitsRuntime(tok, eos_token_ids=eos)
+        for seed in range(8):
+            runtime.seed = seed
+            d = decode(runtime, [0], compiled.new_matcher(),
+                       SamplingParams(temperature=1.0, seed=seed), max_tokens=300)
+            assert d.finish_reason == "stop", (name, seed, d.text)
+            if name == "bare":
+                args = json.loads(d.text)
+            else:
+                (call,) = parse(get_format(name), d.text, tools=tools_from_openai([{
+                    "type": "function", "function": {"name": "query", "strict": True,
+                                                     "parameters": params}}])).tool_calls
+                args = json.loads(call.arguments)
+            assert validator.is_valid(args), (name, args)
+            assert _nesting(args) <= most, (name, seed, args)
