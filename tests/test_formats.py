@@ -714,6 +714,29 @@ def test_a_tool_without_parameters_takes_no_arguments(name):
     assert _accepts(name, names, call('{"currentTime": "noon"}'))
 
 
+@pytest.mark.parametrize("name", [n for n, f in FORMATS.items() if f.tool_calls is not None
+                                  and f.tool_calls.layout == "json" and not _always_reasons(f)])
+def test_json_layout_arguments_keep_the_parameters_root(name):
+    """Where name and arguments are one JSON object, the parameters' root keywords (dialect,
+    definitions) become the object's: a draft 4 tool (llguidance reads no `const` there)
+    still pins its name, and a `$ref` key inside a `const` value is data, left as it is."""
+    fmt = get_format(name)
+    draft4 = Tool("lookup", {"$schema": "http://json-schema.org/draft-04/schema#",
+                             "type": "object", "properties": {"q": {"type": "string"}}},
+                  strict=True)
+    pinned = Tool("pin", {"type": "object", "properties": {"ref": {"const": {"$ref": "#/x"}}},
+                          "required": ["ref"], "additionalProperties": False}, strict=True)
+    req = TurnRequest(tools=(draft4, pinned), tool_choice="required")
+
+    def call(tool: str, arguments: dict) -> str:
+        return _model_turn(fmt, req, {"role": "assistant", "tool_calls": [
+            {"type": "function", "function": {"name": tool, "arguments": json.dumps(arguments)}}]})
+
+    assert _accepts(name, req, call("lookup", {"q": "a"}))
+    assert not _accepts(name, req, call("pin", {"q": "a"}))
+    assert _accepts(name, req, call("pin", {"ref": {"$ref": "#/x"}}))
+
+
 def test_hermes_is_qwen3_without_reasoning():
     """SmolLM2 under vLLM, offered qwen3's optional <think>, wrote one and spent its whole
     budget there: a model that does not reason gets a format without the block."""
