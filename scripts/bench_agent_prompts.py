@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+
+from kaname.bench.common import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "tests/data/agent_requests"
@@ -36,28 +35,6 @@ REQUESTS = {
 # the first event that carries generated text, per API
 FIRST = {"/v1/messages": ("content_block_start", "content_block_delta"),
          "/v1/responses": ("response.output_item.added",)}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _serve(ctx: int, port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([str(ROOT / ".venv/bin/kaname"), "serve", "--ctx-size", str(ctx),
-                             "--any-model-name", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/health"
-    for _ in range(600):
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise SystemExit("kaname serve did not start")
 
 
 def _ttft(base: str, path: str, body: dict) -> tuple[float, int | None]:
@@ -85,10 +62,9 @@ def main() -> int:
     p.add_argument("--ctx-size", type=int, default=32768)
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
-    port = _free_port()
-    proc = _serve(args.ctx_size, port)
-    base = f"http://127.0.0.1:{port}"
-    try:
+    with ServerProcess("--ctx-size", str(args.ctx_size), "--any-model-name",
+                       startup_timeout=300) as server:
+        base = server.url
         print(f"kaname serve --ctx-size {args.ctx_size} (embedded Gemma 3 270M), "
               f"load average before: {os.getloadavg()[0]:.2f}")
         for name, path in REQUESTS.items():
@@ -112,9 +88,6 @@ def main() -> int:
                   f"({tokens / times[0]:4.0f} tokens/s)  repeated: median {warm:5.2f} s "
                   f"({', '.join(f'{t:.2f}' for t in times[1:])})")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
     return 0
 
 

@@ -17,16 +17,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vllm import _free_port, _wait_healthy
+from kaname.bench.common import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
@@ -101,16 +98,11 @@ def _call(path: str, text: str, stream: bool) -> Any:
 
 
 def bench_http(requests: int) -> None:
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
     log = ROOT / "runs" / "bench-apis-server.log"
     log.parent.mkdir(exist_ok=True)
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "kaname.cli", "serve", "--model",
-                                 "random", "--format", "qwen3", "--port", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_healthy(url, proc, log, 120)
+    with ServerProcess("--model", "random", "--format", "qwen3", startup_timeout=120,
+                       log_path=log) as server:
+        url = server.url
         times: dict[tuple[str, bool], list[float]] = {}
         same = 0
         with httpx.Client(timeout=60) as http:
@@ -127,9 +119,6 @@ def bench_http(requests: int) -> None:
                         r.raise_for_status()
                         calls.append(_call(path, r.text, stream))
                     same += all(c == calls[0] for c in calls)
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(30)
     load = os.getloadavg()[0]
     print(f"\n{requests} seeds × plain/streamed, random model, load average {load:.2f}; "
           f"the same call from all three APIs: {same}/{2 * requests}\n")

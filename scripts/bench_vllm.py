@@ -17,16 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from kaname.bench.common import ManagedProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_DIR = ROOT / ".cache" / "vllm" / "smollm2-135m-instruct"
@@ -36,53 +35,23 @@ VLLM_ARGS = ["--chat-template", str(ROOT / "scripts" / "hermes.jinja"),
              "--max-model-len", "8192", "--no-enable-prefix-caching"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, limit: float) -> None:
-    import httpx
-
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"exited with {proc.returncode}; see {log}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise SystemExit(f"{url} not healthy after {limit:.0f} s; see {log}")
+class _Server(ManagedProcess):
+    cwd = ROOT
 
 
 @contextmanager
-def _server(cmd: list[str], log: Path, env: dict[str, str] | None = None
-            ) -> Iterator[str]:
-    """Start a server on a free port (its PORT placeholder), yield its URL, stop it by PID."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([c.replace("PORT", str(port)) for c in cmd], cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})})
-        try:
-            _wait_healthy(url, proc, log, 600)
-            yield url
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+def _server(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start a server on a free port (its {port} placeholder), yield its URL, stop it by PID."""
+    try:
+        server = _Server(cmd, startup_timeout=600, env=env, log_path=log)
+    except RuntimeError as e:
+        raise SystemExit(f"{e}\nsee {log}") from None
+    with server:
+        yield server.url
 
 
 def _vllm(out: Path, name: str, *extra: str) -> Any:
-    return _server(["bash", "scripts/vllm-cpu.sh", "serve", "PORT", *VLLM_ARGS, *extra],
+    return _server(["bash", "scripts/vllm-cpu.sh", "serve", "{port}", *VLLM_ARGS, *extra],
                    out / f"{name}.log")
 
 
@@ -208,7 +177,7 @@ def main() -> int:
     subprocess.run(["bash", "scripts/vllm-cpu.sh", "setup"], cwd=ROOT, check=True)
     load = [os.getloadavg()[0]]
     with _vllm(out, "vllm-guidance") as vllm, _server(
-            [sys.executable, "-m", "kaname.cli", "serve", "--port", "PORT", "--format", "hermes",
+            [sys.executable, "-m", "kaname.cli", "serve", "--port", "{port}", "--format", "hermes",
              "--upstream", f"{vllm}/v1", "--tokenizer", str(MODEL_DIR / "tokenizer.json")],
             out / "kaname.log") as kaname:
         for stream in ("off", "on"):  # interleaved, so that drift hits both alike

@@ -1,8 +1,10 @@
 """What the benchmarks share: the workload of `kaname bench engine` and `kaname bench e2e`
-(schemas with prompts), the statistics and machine description of every report, and the byte
-vocabulary the byte-vocabulary peers (xgrammar, outlines-core) are given.
+(schemas with prompts), the statistics and machine description of every report, the byte
+vocabulary the byte-vocabulary peers (xgrammar, outlines-core) are given, and the one launcher
+of servers (`kaname serve`, vLLM) that the benchmarks, scripts and tests start.
 
-Standard library only, so any suite can import it at the top.
+Standard library only, so any suite can import it at the top (the launcher imports httpx when
+it waits for a server).
 """
 
 from __future__ import annotations
@@ -10,9 +12,17 @@ from __future__ import annotations
 import math
 import os
 import platform
-from collections.abc import Sequence
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar
 
 # ---------------------------------------------------------------------------------------------
 # Workload: small realistic schemas, with prompts that get the base model to answer in JSON.
@@ -199,3 +209,99 @@ class PeerVocabulary:
             if piece and i not in self.eos:
                 table.setdefault(piece, []).append(i)
         return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Servers started for a benchmark (or a test): a free port, ready on /health, stopped by PID
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ManagedProcess:
+    """A server started as `argv` (each "{port}" in it replaced by a free port on 127.0.0.1) in
+    a session of its own, its stdout and stderr in a log file; ready once GET /health answers
+    200. Stopped by PID: SIGTERM to its process group (so that children such as vLLM's engine
+    core go with it), SIGKILL after 30 s. A server that exits or does not get ready within
+    `startup_timeout` raises RuntimeError with the tail of its log, which is `log_path` (by
+    default NAME-PORT.log in the temporary folder). Subclasses set `name` (in messages and the
+    log's file name) and `cwd` (where argv runs; None: here)."""
+
+    name: ClassVar[str] = "server"
+    cwd: ClassVar[Path | None] = None
+
+    def __init__(self, argv: Sequence[str], *, startup_timeout: float = 180.0,
+                 env: Mapping[str, str] | None = None, log_path: Path | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path or Path(tempfile.gettempdir()) / f"{self.name}-{self.port}.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [a.replace("{port}", str(self.port)) for a in argv], cwd=self.cwd,
+            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+            start_new_session=True)
+        try:
+            self._wait_ready(startup_timeout)
+        except BaseException:  # not ready, or interrupted while waiting: nothing left running
+            self.stop()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _wait_ready(self, timeout: float) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}: "
+                                   f"{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} did not start within {timeout:.0f} s: "
+                                   f"{self.log()}")
+            time.sleep(0.3)
+
+    def log(self, chars: int = 3000) -> str:
+        """The last `chars` characters of what the server wrote."""
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> ManagedProcess:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class ServerProcess(ManagedProcess):
+    """`kaname serve ARGS` on 127.0.0.1 and a free port (chosen here), run by this Python."""
+
+    name = "kaname-serve"
+
+    def __init__(self, *args: str, startup_timeout: float = 180.0,
+                 env: Mapping[str, str] | None = None, log_path: Path | None = None) -> None:
+        super().__init__([sys.executable, "-m", "kaname.cli", "serve", "--host", "127.0.0.1",
+                          "--port", "{port}", *args], startup_timeout=startup_timeout, env=env,
+                         log_path=log_path)

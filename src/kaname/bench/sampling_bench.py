@@ -23,20 +23,16 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .common import machine, version_of
+from .common import ServerProcess, machine, version_of
 
 MODES: dict[str, dict[str, Any]] = {
     "greedy": {"temperature": 0.0},
@@ -133,13 +129,6 @@ def in_process(config: Config) -> dict[str, Any]:
 # Through the server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def cpu_ns(pid: int) -> int | None:
     """CPU time so far of every thread of process `pid`, in ns (Linux schedstat), or None."""
     try:
@@ -153,43 +142,6 @@ def cpu_ns(pid: int) -> int | None:
         except (OSError, ValueError, IndexError):  # a thread that has just ended
             continue
     return total
-
-
-@contextmanager
-def random_server(timeout: float = 180.0) -> Iterator[tuple[str, int]]:
-    """`kaname serve --model random` on 127.0.0.1 and a free port: (base URL, PID). Stopped
-    by its PID (its own process group) afterwards."""
-    import httpx
-
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kaname.cli", "serve", "--model", "random", "--host",
-         "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                raise RuntimeError(f"kaname serve exited with {proc.returncode}: {err[-2000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kaname serve did not start within {timeout:.0f} s")
-            time.sleep(0.3)
-        yield url, proc.pid
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 ENDPOINTS = ("chat", "completions")
@@ -275,8 +227,8 @@ def run(config: Config, url: str | None = None, server: bool = True) -> dict[str
         if url:
             data["server"] = through_server(url, config)
         else:
-            with random_server() as (started_url, pid):
-                data["server"] = through_server(started_url, config, pid)
+            with ServerProcess("--model", "random") as local:
+                data["server"] = through_server(local.url, config, local.pid)
         data["targets"] = TARGETS
         data["targets_met"] = {ep: targets_met(data["server"][ep]["ratios"])
                                for ep in ENDPOINTS}
