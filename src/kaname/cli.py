@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -365,6 +366,22 @@ def cmd_bench_schemas(args: argparse.Namespace) -> int:
 
 
 @_exit_codes
+def cmd_bench_serve(args: argparse.Namespace) -> int:
+    from .bench import SERVE_DURATION_S, serve_bench
+
+    if args.duration is not None and args.duration <= 0:
+        _fail("--duration must be > 0")
+    if args.requests is not None and args.requests < 1:
+        _fail("--requests must be >= 1")
+    duration = None if args.requests else (args.duration or SERVE_DURATION_S)
+    load = serve_bench.Load(max_tokens=args.max_tokens, timeout=args.timeout, seed=args.seed,
+                            duration=duration, requests=args.requests)
+    return serve_bench.main(args.clients, load, as_json=args.json, url=args.url,
+                            model=args.model, fmt=args.format, vllm=args.vllm,
+                            server_args=[a for arg in args.server_arg for a in shlex.split(arg)])
+
+
+@_exit_codes
 def cmd_bench_e2e(args: argparse.Namespace) -> int:
     from .bench import e2e
 
@@ -438,6 +455,54 @@ def _bench_schemas_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=SCHEMAS_SEED)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="write a PNG of the time distributions")
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"expected client counts such as 1,2,4,8, got {text!r}")
+    return levels
+
+
+def _bench_serve_arguments(p: argparse.ArgumentParser) -> None:
+    from .bench import (
+        SERVE_CLIENTS,
+        SERVE_DURATION_S,
+        SERVE_MAX_TOKENS,
+        SERVE_SEED,
+        SERVE_TIMEOUT_S,
+    )
+
+    p.add_argument("--clients", type=_levels, default=list(SERVE_CLIENTS), metavar="N,N,...",
+                   help="concurrency levels: clients streaming requests back to back "
+                        f"(default {','.join(map(str, SERVE_CLIENTS))})")
+    per = p.add_mutually_exclusive_group()
+    per.add_argument("--duration", type=float, default=None, metavar="S",
+                     help=f"seconds each level sends requests (default {SERVE_DURATION_S:g})")
+    per.add_argument("--requests", type=int, default=None, metavar="N",
+                     help="requests each level sends, over all its clients")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--url", default=None,
+                   help="load this running server (default: start `kaname serve` on a free "
+                        "port)")
+    p.add_argument("--model", default="default",
+                   help="the model of the `kaname serve` started here (its --model: default, "
+                        "random, PATH.gguf...)")
+    p.add_argument("--format", default="gemma3", help="its chat format (default gemma3)")
+    p.add_argument("--server-arg", action="append", default=[], metavar="ARGS",
+                   help="more `kaname serve` arguments for the servers started here that "
+                        "decode (e.g. --server-arg='--max-concurrency 8'); repeatable")
+    p.add_argument("--max-tokens", type=int, default=SERVE_MAX_TOKENS, metavar="N",
+                   help=f"per request (default {SERVE_MAX_TOKENS})")
+    p.add_argument("--timeout", type=float, default=SERVE_TIMEOUT_S, metavar="S",
+                   help=f"per request, streaming included (default {SERVE_TIMEOUT_S:g})")
+    p.add_argument("--seed", type=int, default=SERVE_SEED, help="of the request mix")
+    p.add_argument("--vllm", action="store_true",
+                   help="also vLLM CPU on SmolLM2-135M-Instruct behind kaname, beside kaname "
+                        "on the same GGUF (scripts/vllm-cpu.sh; its set-up takes minutes)")
 
 
 def _bench_e2e_arguments(p: argparse.ArgumentParser) -> None:
@@ -614,6 +679,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "vocabulary (compile success, correctness, mask time)")
     _bench_schemas_arguments(bsc)
     bsc.set_defaults(func=cmd_bench_schemas)
+    bsv = bs.add_parser("serve", help="many streaming clients at once: tokens/s, TTFT, ITL and "
+                        "validity per concurrency level (json_schema and tool calls, chat and "
+                        "Messages), optionally beside vLLM CPU")
+    _bench_serve_arguments(bsv)
+    bsv.set_defaults(func=cmd_bench_serve)
     bee = bs.add_parser("e2e", help="end to end on the embedded model: kaname vs llama.cpp "
                         "grammar, xgrammar, outlines, unconstrained (tok/s, validity, TTFT)")
     _bench_e2e_arguments(bee)

@@ -20,3 +20,10 @@ E2E_ENGINES = ("kaname", "llamacpp_grammar", "xgrammar", "outlines", "unconstrai
                "kaname_unconstrained")
 E2E_MAX_TOKENS, E2E_RUNS = 256, 3  # a full run
 E2E_QUICK_MAX_TOKENS, E2E_QUICK_RUNS = 64, 1  # --quick
+
+# `kaname bench serve`
+SERVE_CLIENTS = (1, 2, 4, 8, 16)
+SERVE_DURATION_S = 30.0  # per level; a level on the embedded model takes ~30-45 s
+SERVE_MAX_TOKENS = 96  # every answer of the workload ends well within it
+SERVE_TIMEOUT_S = 300.0
+SERVE_SEED = 20260523  # of the request mix
