@@ -199,6 +199,13 @@ class Outcome:
     ended: float = 0.0  # time.monotonic() at the end
 
 
+def _object(data: str) -> dict[str, Any]:
+    event = json.loads(data)
+    if not isinstance(event, dict):
+        raise ValueError(f"an event that is not a JSON object: {data[:80]}")
+    return event
+
+
 class _Stream:
     """The answer as its events arrive: text, tool calls, finish, usage, output times."""
 
@@ -220,7 +227,7 @@ class _Stream:
         if data.strip() == "[DONE]":
             self.done = True
             return
-        event = json.loads(data)
+        event = _object(data)
         if "error" in event:
             self.error = f"error event: {json.dumps(event['error'])[:200]}"
             return
@@ -245,7 +252,7 @@ class _Stream:
             self.prompt_tokens = event["usage"].get("prompt_tokens")
 
     def messages(self, data: str) -> None:
-        event = json.loads(data)
+        event = _object(data)
         kind = event.get("type")
         if kind == "error":
             self.error = f"error event: {json.dumps(event.get('error'))[:200]}"
