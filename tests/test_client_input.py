@@ -440,6 +440,78 @@ def test_the_same_field_asking_for_nothing_is_served(client, path, field, value)
     served(post(client, path, {**APIS[path], field: value}))
 
 
+# ---- truncations: vLLM's top_k and min_p (OpenAI's APIs), Anthropic's top_k ------------------
+
+TRUNCATES = {"/v1/chat/completions": ("top_k", "min_p"), "/v1/completions": ("top_k", "min_p"),
+             "/v1/responses": ("top_k", "min_p"), "/v1/messages": ("top_k",)}
+_VOLATILE = {"id", "call_id", "signature", "created", "created_at"}
+_SAY = "Say something."
+FREE_TEXT = {  # free text without reasoning: every token is sampled
+    "/v1/chat/completions": {"model": "random", "max_tokens": 12, "reasoning_effort": "none",
+                             "messages": [{"role": "user", "content": _SAY}]},
+    "/v1/completions": {"model": "random", "max_tokens": 12, "prompt": _SAY},
+    "/v1/responses": {"model": "random", "max_output_tokens": 12, "input": _SAY,
+                      "reasoning": {"effort": "none"}},
+    "/v1/messages": {"model": "random", "max_tokens": 12, "thinking": {"type": "disabled"},
+                     "messages": [{"role": "user", "content": _SAY}]},
+}
+
+
+def _answer(path: str, body: dict[str, Any]) -> Any:
+    """What the model said, without the ids and times that differ from call to call."""
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if k not in _VOLATILE}
+        return [strip(v) for v in node] if isinstance(node, list) else node
+    key = {"/v1/chat/completions": "choices", "/v1/completions": "choices",
+           "/v1/responses": "output", "/v1/messages": "content"}[path]
+    return strip(body[key])
+
+
+@pytest.mark.parametrize("path", sorted(APIS))
+def test_top_k_1_and_min_p_1_sample_the_greedy_answer(client, path):
+    """At temperature 1, top_k 1 (and min_p 1) keep only the likeliest allowed token: the
+    greedy answer, whatever the seed; without them the same seeds sample other answers."""
+    base = FREE_TEXT[path]
+    greedy = post(client, path, {**base, "temperature": 0})
+    served(greedy)
+    for field in TRUNCATES[path]:
+        for seed in (1, 2):
+            r = post(client, path, {**base, "temperature": 1.0, "seed": seed, field: 1})
+            served(r)
+            assert _answer(path, r.json()) == _answer(path, greedy.json()), (field, seed)
+    sampled = [post(client, path, {**base, "temperature": 1.0, "seed": seed}) for seed in (1, 2)]
+    assert any(_answer(path, r.json()) != _answer(path, greedy.json()) for r in sampled)
+
+
+BAD_VALUES = {"top_k": (-2, 1.5, "forty"), "min_p": (-0.1, 1.5, "x")}
+BAD_TRUNCATIONS = [(path, field, value) for path, fields in TRUNCATES.items()
+                   for field in fields for value in BAD_VALUES[field]]
+BAD_TRUNCATIONS.append(("/v1/messages", "top_k", -1))  # Anthropic's top_k is >= 0
+
+
+@pytest.mark.parametrize("path, field, value", BAD_TRUNCATIONS)
+def test_a_bad_truncation_is_a_400_naming_it(client, path, field, value):
+    r = post(client, path, {**APIS[path], field: value})
+    message, param, _ = error_of(path, r)
+    assert (r.status_code, param) == (400, f"/{field}"), message
+
+
+def test_truncations_are_not_listed_as_ignored(client):
+    for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
+        fields = {"top_k": 40, **({"min_p": 0.05} if "min_p" in TRUNCATES[path] else {})}
+        r = post(client, path, {**APIS[path], "temperature": 0.8, **fields})
+        served(r)
+        ignored = {i["pointer"] for i in r.json()["kaname"]["ignored"]}
+        assert not ignored & {"/top_k", "/min_p"}, (path, ignored)
+    # Anthropic's API has no min_p: listed there, as any field it does not define
+    r = post(client, "/v1/messages", {**APIS["/v1/messages"], "min_p": 0.05})
+    assert "/min_p" in {i["pointer"] for i in r.json()["kaname"]["ignored"]}
+    # -1 and 0 are vLLM's "off": served
+    for value in (-1, 0):
+        served(post(client, "/v1/chat/completions", {**CHAT, "top_k": value}))
+
+
 # ---- the size limit ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", sorted(APIS))

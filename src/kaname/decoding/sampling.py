@@ -44,8 +44,8 @@ class SamplingParams:
             raise ValueError("top_p must be in (0, 1]")
         if self.top_k < 0:
             raise ValueError("top_k must be >= 0")
-        if not 0 <= self.min_p < 1:
-            raise ValueError("min_p must be in [0, 1)")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError("min_p must be in [0, 1]")
 
     @property
     def greedy(self) -> bool:

@@ -30,7 +30,6 @@ from .common import (
     extras,
     read,
     refuse,
-    sampling,
 )
 
 # Fields that would change what the client gets back, which kaname does not serve (README,
@@ -217,7 +216,7 @@ def to_turn(req: ChatCompletionRequest) -> TurnRequest:
         messages=tuple(m for k, msg in enumerate(req.messages) for m in _items(msg, k)),
         model=req.model, reasoning_asked=_reasoning(req),
         max_tokens=req.max_completion_tokens or req.max_tokens,
-        sampling=sampling(req.temperature, req.top_p, req.seed, req.stop),
+        sampling=req.to_sampling(),
         guards=req.kaname.guard_overrides() if req.kaname else {},
         draft=req.kaname.draft if req.kaname else True,
         allow_unenforced=req.allow_unenforced, strict_level_asked=req.strict_level,

@@ -247,6 +247,13 @@ class StreamOptions(Loose):
     include_usage: bool = False
 
 
+# vLLM's truncations, which OpenAI's APIs lack (vLLM takes them on all three): top_k 0 or -1
+# keeps every token, else the k likeliest; min_p keeps the tokens at least min_p times as
+# likely as the likeliest.
+TopK = Annotated[int | None, Field(ge=-1)]
+MinP = Annotated[float | None, Field(ge=0.0, le=1.0)]
+
+
 class SamplingFields(RequestBody):
     """What OpenAI's chat and (legacy) completions requests share: model, budget, sampling,
     streaming, and kaname's own options."""
@@ -255,12 +262,18 @@ class SamplingFields(RequestBody):
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: TopK = None
+    min_p: MinP = None
     seed: int | None = None
     stop: str | list[str] | None = None
     n: int | None = Field(default=None, ge=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     kaname: KanameOptions | None = None
+
+    def to_sampling(self) -> Sampling:
+        return sampling(self.temperature, self.top_p, self.seed, self.stop, top_k=self.top_k,
+                        min_p=self.min_p)
 
 
 def read(model: type[M], raw: Any, at: str = "") -> M:
@@ -318,12 +331,14 @@ def extras(model: BaseModel, at: str = "") -> list[Ignored]:
 
 
 def sampling(temperature: float | None, top_p: float | None, seed: int | None,
-             stop: str | Sequence[str] | None) -> Sampling:
-    """Sampling as the APIs default it (temperature 1, no nucleus cut). Any integer is a
-    seed (OpenAI takes negative ones); numpy wants 0 <= seed < 2**64."""
+             stop: str | Sequence[str] | None, *, top_k: int | None = None,
+             min_p: float | None = None) -> Sampling:
+    """Sampling as the APIs default it (temperature 1, no truncation; top_k -1 is 0, off).
+    Any integer is a seed (OpenAI takes negative ones); numpy wants 0 <= seed < 2**64."""
     stops = [] if stop is None else [stop] if isinstance(stop, str) else list(stop)
     return Sampling(1.0 if temperature is None else temperature, top_p or 1.0,
-                    None if seed is None else seed % 2**64, tuple(s for s in stops if s))
+                    max(top_k or 0, 0), min_p or 0.0, None if seed is None else seed % 2**64,
+                    tuple(s for s in stops if s))
 
 
 # A custom tool is shown to the model as a function of one string argument (`CUSTOM_INPUT`).

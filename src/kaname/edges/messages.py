@@ -1,7 +1,7 @@
 """Anthropic's Messages API at the edge: its wire body → `TurnRequest` (`to_turn`), and a
 turn's result → its message and stream events (`MessageReply`, `BlockEvents`).
 
-Field policy: what Anthropic's API defines and kaname has no meaning for (top_k, metadata,
+Field policy: what Anthropic's API defines and kaname has no meaning for (metadata,
 cache_control, context_management, output_config.effort, server tools, MCP servers, the
 billing header Claude Code puts in `system`...) is accepted and listed in `kaname.ignored`;
 what a text-only model cannot read (images, documents) and a prefilled assistant turn are a
@@ -215,6 +215,7 @@ class MessagesRequest(CountTokensRequest):
     stop_sequences: list[str] | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=1.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0)  # Anthropic's range; 0 keeps every token
     stream: bool = False
     seed: int | None = None  # kaname's (Anthropic has none): the same seed, the same answer
 
@@ -264,7 +265,7 @@ def to_turn(req: CountTokensRequest) -> TurnRequest:
                                "counts toward max_tokens", pointer="/thinking/budget_tokens")
         extra = {"max_tokens": req.max_tokens,
                  "sampling": sampling(req.temperature, req.top_p, req.seed,
-                                      req.stop_sequences)}
+                                      req.stop_sequences, top_k=req.top_k)}
     return TurnRequest(
         tools=tools, tool_choice=choice, parallel_tool_calls=parallel, constraint=constraint,
         max_reasoning_tokens=budget, messages=tuple(turn), model=req.model,

@@ -33,9 +33,11 @@ from .common import (
     DocumentedAs,
     DraftCounts,
     KanameOptions,
+    MinP,
     OpenAIToolName,
     Refused,
     RequestBody,
+    TopK,
     TurnReport,
     Wire,
     check_tool_name,
@@ -308,6 +310,8 @@ class ResponsesRequest(RequestBody):
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: TopK = None  # vLLM's (OpenAI's Responses has none)
+    min_p: MinP = None  # vLLM's
     stream: bool | None = False
     store: bool | None = None
     metadata: dict[str, str] | None = None
@@ -385,7 +389,8 @@ def to_turn(req: ResponsesRequest, history: Sequence[Located]) -> TurnRequest:
         constraint=_text_format(req.text), max_reasoning_tokens=req.max_reasoning_tokens,
         messages=tuple(items.resolve_results(conversation)), model=req.model,
         reasoning_asked=_reasoning(req.reasoning), max_tokens=req.max_output_tokens,
-        sampling=sampling(req.temperature, req.top_p, req.seed, req.stop),
+        sampling=sampling(req.temperature, req.top_p, req.seed, req.stop, top_k=req.top_k,
+                          min_p=req.min_p),
         guards=req.kaname.guard_overrides() if req.kaname else {},
         draft=req.kaname.draft if req.kaname else True,
         allow_unenforced=req.allow_unenforced, strict_level_asked=req.strict_level,

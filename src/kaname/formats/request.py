@@ -91,8 +91,13 @@ class Origins:
 
 @dataclass(frozen=True)
 class Sampling:
+    """How a request asks to sample: temperature, then the truncations (top_k 0 and min_p 0
+    keep every token), a seed, and its stop strings."""
+
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
 

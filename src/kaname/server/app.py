@@ -183,10 +183,9 @@ def _prepare_completion(turns: Turns, req: CompletionRequest, deadline: Deadline
     backend = turns.backend
     constraint, at = req.constraint()
     prompt = req.prompt_text()
-    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     params = gen_params(budget(backend, backend.count_tokens(prompt), req.max_tokens, 16,
                                turns.limit, "/prompt"),
-                        req.temperature, req.top_p, req.seed, [s for s in stops if s],
+                        req.to_sampling(),
                         turns.config.draft and (req.kaname is None or req.kaname.draft))
     guards = backend.compiler.guards
     if req.kaname is not None and req.kaname.guards is not None:

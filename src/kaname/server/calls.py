@@ -12,6 +12,7 @@ from fastapi import Request
 from ..decoding import Generation, SamplingParams
 from ..edges.common import draft_counts
 from ..errors import NotEnforcedError
+from ..formats.request import Sampling
 from ..grammar import CompiledConstraint
 from .admission import Slot, token_budget
 from .backend import Backend, GenParams
@@ -85,12 +86,11 @@ def budget(backend: Backend, prompt_tokens: int, asked: int | None, default: int
                         param=param)
 
 
-def gen_params(max_tokens: int, temperature: float | None, top_p: float | None,
-               seed: int | None, stop: list[str], draft: bool) -> GenParams:
-    # Any integer is a seed (OpenAI takes negative ones); numpy wants 0 <= seed < 2**64.
+def gen_params(max_tokens: int, s: Sampling, draft: bool) -> GenParams:
+    """A request's sampling (as its edge read it, `edges.common.sampling`) for a backend."""
     return GenParams(max_tokens, SamplingParams(
-        temperature=1.0 if temperature is None else temperature, top_p=top_p or 1.0,
-        seed=None if seed is None else seed % 2**64), stop, draft)
+        temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p, seed=s.seed),
+        list(s.stop), draft)
 
 
 def usage(gen: Generation) -> dict[str, int]:

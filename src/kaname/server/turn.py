@@ -102,9 +102,7 @@ class Turns:
         served = budget(backend, prompt_tokens, req.max_tokens,
                         config.default_max_tokens or self.limit, self.limit,
                         req.origins.messages)
-        s = req.sampling
-        params = gen_params(served, s.temperature, s.top_p, s.seed, list(s.stop),
-                            config.draft and req.draft)
+        params = gen_params(served, req.sampling, config.draft and req.draft)
         compiled = backend.compiler.compile(Lark(prepared.grammar))
         call = Call(backend, prompt, compiled, params, req.allow_unenforced, deadline)
         return Turn(call, prepared, req.max_tokens, prompt_tokens, new_call_id_prefix(call_ids))
