@@ -160,6 +160,24 @@ def test_kept_set_on_a_262k_row():
             assert row.top_p_keeps(int(i), top_p) == (int(i) in inside), (top_p, i)
 
 
+def test_a_row_reused_at_other_lengths_keeps_the_same_sets():
+    """One buffer for rows of several lengths (not multiples of 8, shorter after longer): the
+    flags past a row's end never count, with the row tempered or not (top_k and min_p alone
+    do not temper it, and draw nothing from the whole row)."""
+    rng = np.random.default_rng(8)
+    row = Tempered(3 * BLOCK)
+    for n in (3 * BLOCK - 1, 13, 2 * BLOCK + 3, 7, 1):
+        z = rng.standard_normal(n).astype(np.float32)
+        allowed = np.ones(n, dtype=bool)
+        for weigh in (True, False):
+            row.set(z, 0.7, weigh=weigh)
+            for top_k, min_p in ((3, 0.0), (0, 0.3), (0, 1.0)):
+                expected, _ = reference(z, allowed, 0.7, top_k=top_k, min_p=min_p)
+                np.testing.assert_array_equal(row.prefix(top_k, min_p), expected, (n, top_k))
+        with pytest.raises(RuntimeError):
+            row.draw(rng)  # the last set did not weigh the row
+
+
 # ---------------------------------------------------------------------------------------------
 # Draws, against the reference distribution
 

@@ -70,6 +70,8 @@ class MaskBuffer:
 
     def allows(self, ids: NDArray[np.int64]) -> NDArray[np.bool_]:
         """Whether each of `ids` is allowed (a bit test each: for a few candidates)."""
+        if self._nbits >= self.n_vocab:  # every id has its bit (fewer numpy calls)
+            return ((self.words[ids >> 5] >> (ids & 31)) & 1).astype(bool)
         inside = ids < self._nbits
         at = np.where(inside, ids, 0)
         return ((self.words[at >> 5] >> (at & 31)) & 1).astype(bool) & inside

@@ -12,7 +12,8 @@ microseconds while a full mask costs far more to compute and apply. So:
       the distribution, so these always take the full mask (computing one costs tens of µs; it
       is never applied as a masked copy of the row, see tempered.py).
 Sampling draws from a `Tempered` row: one float32 exp per token and block sums, then µs per
-draw; truncation never sorts the vocabulary (tempered.py says how, and why it is exact).
+draw (top_k and min_p alone skip that: they weigh only the tokens they keep); truncation never
+sorts the vocabulary (tempered.py says how, and why it is exact).
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class TokenPicker:
         self.rng = np.random.default_rng(params.seed)
         self.stats = PickStats()
         self.row = Tempered(1 if params.greedy else masks.n_vocab)
+        # top_k and min_p alone weigh only the tokens they keep: the row is never tempered
+        self.weigh = params.top_p < 1 or not (params.top_k or params.min_p > 0)
 
     def allowed(self, matcher: Matcher, token: int) -> bool:
         if token in self.eos:
@@ -94,7 +97,7 @@ class TokenPicker:
                     return token
             return self._greedy_masked(logits, matcher)
         row = self.row
-        row.set(logits, p.temperature)
+        row.set(logits, p.temperature, weigh=self.weigh)
         if self.lazy:
             for _ in range(self.REJECTION_TRIES):
                 token = row.draw(self.rng)
@@ -107,7 +110,7 @@ class TokenPicker:
         """The same choice rule with no grammar: the baseline the constraint is measured on."""
         if self.params.greedy:
             return int(np.argmax(logits))
-        self.row.set(logits, self.params.temperature)
+        self.row.set(logits, self.params.temperature, weigh=self.weigh)
         return self._draw(self.row)
 
     def _greedy_masked(self, logits: NDArray[np.float32], matcher: Matcher) -> int:
@@ -132,7 +135,7 @@ class TokenPicker:
                 if len(ids) == 0:
                     raise dead_end(matcher)
                 sub = Tempered(len(ids))
-                sub.set(logits[ids], p.temperature)
+                sub.set(logits[ids], p.temperature, weigh=self.weigh)
                 return int(ids[self._draw(sub)])
         row, allows = self.row, self.masks.allows
         if p.top_p >= 1 and (p.top_k or p.min_p > 0):

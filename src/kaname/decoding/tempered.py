@@ -14,7 +14,10 @@ Truncation keeps a prefix of the allowed tokens ranked by logit, ties by token i
 stable full sort gives), judged on the masked distribution:
   top_k, min_p: the prefix is short. One pass picks the tokens over a logit threshold (a
       strided subsample's order statistic for top_k; T ln(1 / min_p) below the top allowed
-      logit for min_p), the grammar is asked about those alone, and only they are sorted.
+      logit for min_p), the grammar is asked about those alone, and only they are sorted and
+      weighed: without top_p the row is never tempered (`set(weigh=False)`), so these cost
+      less than temperature alone. The ids over a threshold are found 8 flags at a time where few
+      words of 8 hold one (numpy's nonzero over a 262k-flag row costs ~3x the comparison).
   top_p: the prefix can be half the vocabulary (a flat distribution), so it is not built. A
       draw is kept iff the mass ranked before it is below top_p of the total (one pass), else
       drawn again: rejection sampling, exact, and a draw is kept with probability >= top_p.
@@ -43,6 +46,8 @@ TINY = 1e-25
 TOP_P_TRIES = 8
 _SUBSAMPLE = 4096
 _CHUNK = 32768
+_LANES8 = np.arange(8, dtype=np.int64)
+_FEW_WORDS = 512
 
 # Which of some token ids the grammar allows (MaskBuffer.allows).
 Allows = Callable[[NDArray[np.int64]], NDArray[np.bool_]]
@@ -57,13 +62,15 @@ class Tempered:
         # Zero beyond the row: padding weighs nothing in the block sums.
         self._w = np.zeros(size, dtype=np.float32)
         self._scratch = np.zeros(min(size, _CHUNK), dtype=np.float32)
+        self._flags = np.zeros(-(-size // 8) * 8, dtype=np.bool_)  # False beyond the row
+        self.weighed = False
         self.n = 0
         self.z: NDArray[np.float32] = self._w[:0]
         self.temperature = 1.0
         self.top_id = 0
         self._total = 0.0
         self._summed = False
-        self._chunked: tuple[int, NDArray[np.float64], list[int]] | None = None
+        self._chunked: tuple[int, list[float], list[int]] | None = None
         self._sums = np.zeros(size // self.block, dtype=np.float32)
         self._cum = np.zeros(size // self.block, dtype=np.float64)
 
@@ -71,25 +78,31 @@ class Tempered:
     def weights(self) -> NDArray[np.float32]:
         return self._w[: self.n]
 
-    def set(self, z: NDArray[np.float32], temperature: float) -> None:
-        """Temper the row `z` (float32; -inf weighs nothing)."""
+    def set(self, z: NDArray[np.float32], temperature: float, *, weigh: bool = True) -> None:
+        """Temper the row `z` (float32; -inf weighs nothing). `weigh=False` reads only its
+        maximum: enough for `prefix` and `draw_among` (top_k, min_p), not for draws from the
+        whole row or top_p."""
         n = len(z)
         if n > len(self._w) or n == 0:
             raise ValueError(f"a row of {n} logits for a buffer of {len(self._w)}")
         if n < self.n:
             self._w[n: self.n] = 0
+            self._flags[n: self.n] = False
         self.n, self.z, self.temperature = n, z, temperature
         self.top_id = int(np.argmax(z))  # the first of equal maxima: the top-ranked token
         top = z[self.top_id]
         if not np.isfinite(top):
             raise ValueError("a logits row without a finite maximum")
+        self.weighed = weigh
+        self._summed = False
+        if not weigh:
+            return
         scale = _MAX_SCALE if temperature * _MAX_SCALE < 1 else 1.0 / temperature
         w = self._w[:n]
         with np.errstate(over="ignore", invalid="ignore"):  # a huge scale: -inf, weighs 0
             np.subtract(z, top, out=w)
             np.multiply(w, np.float32(scale), out=w)
             np.exp(w, out=w)
-        self._summed = False
 
     def refuse(self, ids: NDArray[np.int64]) -> None:
         """Weigh `ids` zero (ids < n, ascending)."""
@@ -126,6 +139,8 @@ class Tempered:
         # updated by subtraction: that could leave a zeroed block a residue to be drawn from.
         if self._summed:
             return
+        if not self.weighed:
+            raise RuntimeError("the row was set without its weights (weigh=False)")
         self._w.reshape(-1, self.block).sum(axis=1, out=self._sums)
         np.cumsum(self._sums, dtype=np.float64, out=self._cum)
         self._total = float(self._cum[-1])
@@ -153,12 +168,12 @@ class Tempered:
         return lo + j
 
     def draw_among(self, ids: NDArray[np.int64], rng: np.random.Generator) -> int:
-        """One of `ids` (non-empty), with probability proportional to its weight."""
-        w: NDArray[np.floating] = self._w[ids]
-        if not w.max() > TINY:  # they lie far below a refused maximum: their own softmax
-            z = self.z[ids].astype(np.float64)
-            w = np.exp((z - z.max()) / self.temperature)
-        c = np.cumsum(w, dtype=np.float64)
+        """One of `ids` (non-empty), with probability proportional to its weight: their own
+        softmax, in float64 (the reference's), from their logits alone."""
+        z = self.z[ids].astype(np.float64)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            w = np.exp((z - z.max()) / self.temperature)  # an extreme T: 0s and the top's 1
+        c = np.cumsum(w)
         j = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
         if j >= len(c):
             j = int(np.flatnonzero(w)[-1])
@@ -202,13 +217,16 @@ class Tempered:
         before, unread = -float(w[i]), total
         for k in order:
             lo = k * span
-            f = self._scratch[: min(span, self.n - lo)]
-            np.greater_equal(z[lo: lo + span], zi, out=f, casting="unsafe")
-            before += float(np.dot(f, w[lo: lo + span]))
+            m = min(span, self.n - lo)
+            flags, f = self._flags[:m], self._scratch[:m]
+            np.greater_equal(z[lo: lo + m], zi, out=flags)
+            np.copyto(f, flags)  # (faster than comparing into float32)
+            before += float(np.dot(f, w[lo: lo + m]))
             unread -= float(masses[k])
             if before + unread < bound - margin:
                 return True
-        tied_after = z[i + 1:] == zi
+        tied_after = self._flags[: self.n - i - 1]  # (a buffer: no row-sized allocation)
+        np.equal(z[i + 1:], zi, out=tied_after)
         if tied_after.any():
             before -= float(w[i + 1:][tied_after].sum(dtype=np.float64))
         if abs(before - bound) > margin:
@@ -216,21 +234,19 @@ class Tempered:
         p = self._exact_probabilities()
         return float(p[z > zi].sum() + p[:i][z[:i] == zi].sum()) < top_p
 
-    def _chunks(self) -> tuple[int, NDArray[np.float64], list[int]]:
+    def _chunks(self) -> tuple[int, list[float], list[int]]:
         """(tokens per chunk, each chunk's weight, the order to read them), from the block
         sums, once per row. Last first (the block sums read the row in order, so its end is
         the likeliest still in cache), but a chunk holding a quarter of the weight or more
         (a peaked distribution) first of all: it tightens the bound the most."""
         self._sum_blocks()
-        if self._chunked is None:
+        if self._chunked is None:  # (a few chunks: Python floats cost less than numpy calls)
             per = max(1, _CHUNK // self.block)
-            cum = self._cum[: -(-self.n // self.block)]  # the blocks the row covers
-            ends = cum[min(per, len(cum)) - 1:: per]
-            if len(ends) * per < len(cum):
-                ends = np.append(ends, cum[-1])
-            masses = np.diff(ends, prepend=0.0)
+            blocks = -(-self.n // self.block)  # the blocks the row covers
+            ends = self._cum[[min(j + per, blocks) - 1 for j in range(0, blocks, per)]].tolist()
+            masses = [b - a for a, b in zip([0.0, *ends], ends, strict=False)]
             order = list(range(len(masses) - 1, -1, -1))
-            heaviest = int(np.argmax(masses))
+            heaviest = max(order, key=masses.__getitem__)
             if masses[heaviest] >= 0.25 * ends[-1]:
                 order.remove(heaviest)
                 order.insert(0, heaviest)
@@ -249,7 +265,7 @@ class Tempered:
             # float64 test then decides as the reference does
             reach = t * -math.log(min_p)
             low = zt - reach - 1e-4 * (abs(zt) + reach)
-            ids = np.flatnonzero(self.z >= np.float32(low))
+            ids = self._at_least(np.float32(low))
             if allows is not None:
                 ids = ids[allows(ids)]
             z = self.z[ids].astype(np.float64)
@@ -261,6 +277,18 @@ class Tempered:
             ids = self._over_threshold(top_k, allows)
         order = rank(ids, self.z)
         return order[:top_k] if top_k else order
+
+    def _at_least(self, g: np.float32) -> NDArray[np.int64]:
+        """Ids (ascending) of the logits >= g: one comparison into flags, then only the
+        8-flag words holding one are unpacked."""
+        n = self.n
+        flags = self._flags[: -(-n // 8) * 8]  # False past n
+        np.greater_equal(self.z, g, out=flags[:n])
+        words = np.flatnonzero(flags.view(np.uint64) != 0)  # (nonzero on uint64: ~7x slower)
+        if len(words) > _FEW_WORDS:  # many: unpacking them costs more than nonzero itself
+            return np.flatnonzero(flags[:n])
+        hits = flags.reshape(-1, 8)[words]
+        return (words[:, None] * 8 + _LANES8)[hits]
 
     def cut_top_p(self, ranked: NDArray[np.int64], top_p: float) -> NDArray[np.int64]:
         """The part of the ranked prefix `ranked` that top_p keeps (mass of the whole row)."""
@@ -290,7 +318,8 @@ class Tempered:
         """The top-ranked token `allows` allows."""
         if allows is None or allows(np.array([self.top_id]))[0]:
             return self.top_id
-        return int(rank(self._over_threshold(1, allows), self.z)[0])
+        ids = self._over_threshold(1, allows)
+        return int(ids[np.argmax(self.z[ids])])  # ascending ids: the first maximum ranks first
 
     def _over_threshold(self, k: int, allows: Allows | None) -> NDArray[np.int64]:
         """Ids (ascending) of at least min(k, all allowed) allowed tokens: every allowed token
@@ -302,7 +331,7 @@ class Tempered:
         q = min(len(sample), 2 * k // step + 4)
         while q < len(sample):
             g = sample[np.argpartition(sample, len(sample) - q)[len(sample) - q]]
-            ids = np.flatnonzero(z >= g)
+            ids = self._at_least(g)
             if allows is not None:
                 ids = ids[allows(ids)]
             if len(ids) >= k:
