@@ -372,6 +372,49 @@ def test_the_row_limit_while_decoding_is_a_400(client, stream):
         _is_the_row_limit(r.json()["error"])
 
 
+_ROWS = "start: " + " | ".join(f'"{i}"' for i in range(2001))  # past max_items_in_row
+LIMITED_TURNS = {  # a custom tool in that grammar, named by tool_choice, beside another tool
+    "/v1/chat/completions": ({
+        "model": "random", "max_tokens": 24, "reasoning_effort": "none",
+        "messages": [{"role": "user", "content": "Count."}],
+        "tool_choice": {"type": "custom", "custom": {"name": "count"}},
+        "tools": [{"type": "function", "function": {"name": "other", "parameters": OBJECT}},
+                  {"type": "custom", "custom": {"name": "count", "format": {
+                      "type": "grammar", "grammar": {"syntax": "lark", "definition": _ROWS}}}}]},
+        "/tools/1/custom/format/grammar/definition"),
+    "/v1/responses": ({
+        "model": "random", "max_output_tokens": 24, "reasoning": {"effort": "none"},
+        "input": "Count.", "tool_choice": {"type": "custom", "name": "count"},
+        "tools": [{"type": "function", "name": "other", "parameters": OBJECT},
+                  {"type": "custom", "name": "count", "format": {
+                      "type": "grammar", "syntax": "lark", "definition": _ROWS}}]},
+        "/tools/1/format/definition"),
+}
+
+
+@pytest.mark.parametrize("path", sorted(LIMITED_TURNS))
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_row_limit_while_decoding_a_turn_names_the_tool(client, path, stream):
+    """The limit is first hit while the turn is decoded (its grammar compiled): the 400 (a
+    stream's error event) still names the field to simplify, the tool's grammar."""
+    body, pointer = LIMITED_TURNS[path]
+    r = post(client, path, {**body, "stream": stream})
+    if stream:
+        assert r.status_code == 200, r.text[:300]
+        events = [json.loads(b[len("data: "):]) for line in r.text.split("\n\n")
+                  for b in line.split("\n") if b.startswith("data: {")]
+        error = events[-1]["error"] if path != "/v1/responses" else (
+            events[-1]["response"]["error"])  # response.failed: {code, message}, no param
+        assert path != "/v1/responses" or events[-1]["type"] == "response.failed", events[-1]
+    else:
+        assert r.status_code == 400, r.text[:300]
+        error = r.json()["error"]
+    assert error["code"] == "grammar_too_complex", error
+    assert error.get("param", pointer) == pointer, error
+    assert f"(at {pointer})" in error["message"], error
+    assert "max_items_in_row" in error["message"], error
+
+
 def test_limits_at_compile_time_point_at_the_constraint(client):
     """A grammar with more symbols than llguidance builds is refused at compile time, naming
     the limit, at the field it came from."""

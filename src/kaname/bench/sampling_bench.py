@@ -11,8 +11,8 @@ figures are the sampler's and not a model's. Modes: greedy, temperature 0.8, and
       request's wall time / completion tokens, as a client sees it, and (for the server started
       here, from /proc) the server's CPU time / completion tokens: on a shared machine, wall
       time also counts the time the scheduler gives to others. A mode whose field the server
-      ignores (its `kaname.ignored`: the OpenAI edges take no top_k or min_p yet) is left out
-      there, since it would time temperature alone.
+      ignores (its `kaname.ignored`; an --url server older than its top_k and min_p) is left
+      out there, since it would time temperature alone.
 Modes take turns within each repetition, so drift (neighbours on a shared machine) hits all.
 Targets (issue 21): temperature <= 2x greedy, each truncation <= 1.2x temperature alone, per
 token through the server.
@@ -164,8 +164,8 @@ def _request(client: Any, endpoint: str, model: str, mode: str, seed: int,
 
 
 def ignored_modes(client: Any, model: str) -> list[str]:
-    """The modes whose field the server ignores (`kaname.ignored` of a chat completion: the
-    OpenAI edges define no top_k or min_p): timing them would time temperature alone."""
+    """The modes whose field the server ignores (`kaname.ignored` of a chat completion: a
+    server before top_k and min_p were read): timing them would time temperature alone."""
     r = client.post("/v1/chat/completions", json={
         "model": model, "max_tokens": 1, "messages": [{"role": "user", "content": PROMPT}],
         **{k: v for params in MODES.values() for k, v in params.items() if k != "temperature"}})

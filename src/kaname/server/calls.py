@@ -15,7 +15,7 @@ from ..errors import NotEnforcedError
 from ..formats.request import Sampling
 from ..grammar import CompiledConstraint
 from .admission import Slot, token_budget
-from .backend import Backend, GenParams
+from .backend import Backend, GenParams, TextSink
 from .errors import APIError
 from .lifecycle import Deadline
 from .metrics import Metrics
@@ -51,9 +51,11 @@ class Call:
         return gen
 
 
-async def run_watching(request: Request, call: Call) -> Generation:
-    """Run a non-streamed generation; stop it if the client goes away meanwhile."""
-    task = asyncio.create_task(call.run(None))
+async def run_watching(request: Request, call: Call, sink: TextSink | None = None
+                       ) -> Generation:
+    """Run a non-streamed generation (its text also to `sink`, where given); stop it if the
+    client goes away meanwhile."""
+    task = asyncio.create_task(call.run(sink))
     while True:
         done, _ = await asyncio.wait({task}, timeout=0.5)
         if done:

@@ -19,11 +19,11 @@ from fastapi import Request
 
 from ..chat import Finish, PreparedTurn, TurnResult, new_call_id_prefix, prepare
 from ..decoding import Generation
-from ..errors import ConstraintError, FormatParseError, UnknownModelError
+from ..errors import ConstraintError, FormatParseError, KanameError, UnknownModelError
 from ..formats import ParsedTurn
-from ..formats.items import Delta, TextDelta
+from ..formats.items import CallDelta, Delta, TextDelta
 from ..formats.request import TurnRequest
-from ..grammar import Lark
+from ..grammar import Lark, Text
 from .admission import Slot
 from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching
@@ -113,7 +113,11 @@ class Turns:
         return await turn.call.admit()
 
     async def complete(self, request: Request, turn: Turn) -> TurnResult:
-        gen = await run_watching(request, turn.call)
+        text: list[str] = []  # the turn so far, to say where a parser limit was hit
+        try:
+            gen = await run_watching(request, turn.call, lambda piece, _: text.append(piece))
+        except ConstraintError as e:  # a parser limit hit while decoding
+            raise self._limit_at(turn, e, "".join(text)) from e
         count(self.metrics, gen)
         if gen.outside_grammar is not None:  # raw upstream text, allowed by the caller
             return self._result(turn, gen, ParsedTurn(content=gen.text), gen.finish_reason)
@@ -129,13 +133,18 @@ class Turns:
         for delta in parser.feed(opening):  # what the prompt wrote of the turn
             yield delta
         gen: Generation | None = None
+        text = ""
         async with aclosing(generate_streamed(turn.call)) as items:
-            async for item in items:
-                if isinstance(item, Generation):
-                    gen = item
-                    break
-                for delta in parser.feed(item[0]):
-                    yield delta
+            try:
+                async for item in items:
+                    if isinstance(item, Generation):
+                        gen = item
+                        break
+                    text += item[0]
+                    for delta in parser.feed(item[0]):
+                        yield delta
+            except ConstraintError as e:  # a parser limit hit while decoding
+                raise self._limit_at(turn, e, text) from e
         if gen is None:  # pragma: no cover - generate_streamed ends with the result or raises
             raise RuntimeError("generation ended without a result")
         count(self.metrics, gen)
@@ -160,6 +169,32 @@ class Turns:
         else:
             parsed, finish, _ = prepared.parse(gen.text, "length", turn.id_prefix)
         yield self._result(turn, gen, parsed, finish, cut)
+
+    def _limit_at(self, turn: Turn, e: ConstraintError, text: str) -> ConstraintError:
+        """A parser limit first hit while decoding (llguidance's error names no field: the
+        turn's one grammar holds every tool and the content's constraint), moved to the field
+        being decoded: the tool whose call `text` (the turn so far) was writing, or the one
+        tool_choice names (llguidance looks ahead through forced text: the limit can come
+        before the call's name is written), else the content's constraint, else the one tool,
+        else the tools."""
+        if e.pointer:
+            return e
+        req = turn.request
+        name = req.tool_choice if req.tool_choice not in ("none", "auto", "required") else None
+        try:
+            for delta in turn.prepared.stream_parser(turn.id_prefix).feed(
+                    turn.prepared.opening + text):
+                if isinstance(delta, CallDelta) and delta.name is not None:
+                    name = delta.name
+        except KanameError:  # text the parser does not follow: no call known
+            pass
+        tools = req.tools
+        at = next((t.schema_pointer(i) for i, t in enumerate(tools) if t.name == name), None)
+        if at is None and not isinstance(req.content, Text):
+            at = req.origins.content
+        if at is None and tools:
+            at = tools[0].schema_pointer(0) if len(tools) == 1 else req.origins.tools
+        return e if at is None else e.at(at)
 
     def _result(self, turn: Turn, gen: Generation, parsed: ParsedTurn, finish: str,
                 cut: bool = False) -> TurnResult:
