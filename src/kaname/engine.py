@@ -13,16 +13,17 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .decoding import Enforced, Generation, SamplingParams, Usage, decode
-from .decoding.loop import Drafting
+from .decoding import Enforced, Generation, SamplingParams, Usage, decoding, run_steps
+from .decoding.loop import Drafting, Model, Steps
 from .errors import ContextLengthError
 from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, to_constraint
 from .runtimes.base import Runtime
 
 
 class Engine:
-    """Constrained generation on one runtime. Thread-safe for compiling; one generation at a
-    time per runtime (a lock serialises them, since a model context is single-stream)."""
+    """Constrained generation on one runtime. Thread-safe for compiling; `generate` runs one
+    generation at a time per runtime (a lock serialises them); a server runs many at once
+    through `steps` and a batch of the runtime (`server/scheduler.py`)."""
 
     def __init__(self, runtime: Runtime, *, guards: Guards | None = None,
                  cache_bytes: int = GrammarCompiler.CACHE_BYTES,
@@ -67,17 +68,49 @@ class Engine:
         the model checks: the same answers, faster), "off" (one token per model call) or
         "force" (forced tokens unverified, as kaname did before: may change answers).
         `on_tokens` streams the committed token ids (see `decode`)."""
+        steps = self.steps(prompt, response_format, self.runtime, self.runtime.rollback,
+                           max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                           top_k=top_k, min_p=min_p, seed=seed, stop=stop, guards=guards,
+                           lazy=lazy, drafting=drafting, on_tokens=on_tokens)
+        with self._lock:
+            return run_steps(self.runtime, steps)
+
+    def steps(
+        self,
+        prompt: str | Sequence[int],
+        response_format: Any,
+        model: Model,
+        rollback: Callable[[int], None],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+        guards: Guards | None = None,
+        lazy: bool = True,
+        drafting: Drafting = "verify",
+        on_tokens: Callable[[list[int]], None] | None = None,
+    ) -> Steps:
+        """`generate` as the model calls it makes (`decoding.Steps`), for a caller that makes
+        them on `model` itself: a batch's scheduler (`rollback` forgets the sequence's last
+        tokens). Compiling, tokenizing and the context check happen here, before any call."""
         compiled = response_format if isinstance(response_format, CompiledConstraint) \
             else self.compile(response_format, guards=guards)
         params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
                                 min_p=min_p, seed=seed)
         tokens = self.runtime.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         check_context(len(tokens), max_tokens, self.runtime.n_ctx)
-        with self._lock:
-            decoded = decode(self.runtime, tokens, compiled.new_matcher(), params,
-                             max_tokens=max_tokens, stop=stop, lazy=lazy, on_tokens=on_tokens,
-                             drafting=drafting)
-        return _checked(decoded, compiled, response_format)
+        return _checked_steps(decoding(model, rollback, tokens, compiled.new_matcher(), params,
+                                       max_tokens=max_tokens, stop=stop, lazy=lazy,
+                                       on_tokens=on_tokens, drafting=drafting),
+                              compiled, response_format)
+
+
+def _checked_steps(steps: Steps, c: CompiledConstraint, response_format: Any) -> Steps:
+    return _checked((yield from steps), c, response_format)
 
 
 def check_context(prompt_tokens: int, max_tokens: int, n_ctx: int | None) -> None:

@@ -11,6 +11,9 @@ output has the same distribution (a draft is accepted with the probability the p
 it, and a rejection leaves exactly the rest of that distribution). `drafting="force"` is the
 old jump-forward (forced tokens committed without the model's say), kept for comparison.
 
+The loop is a generator of model calls (`decoding`): `decode` makes its calls on one runtime,
+and the server's scheduler makes the calls of many sequences in one batched step.
+
 Stops when the grammar is complete (no token but end-of-sequence can follow), when the model
 ends an accepting output, at a stop string, or at max_tokens ("length": never reported as
 valid, since the output is cut short).
@@ -19,14 +22,15 @@ valid, since the output is cut short).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Literal
+from collections.abc import Callable, Generator, Sequence
+from typing import Literal, Protocol
 
+import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
 
 from ..grammar.matcher import Matcher
-from ..runtimes.base import Runtime
+from ..runtimes.base import ModelCall, Runtime
 from .drafts import Drafter
 from .generation import FinishReason, Generation, Usage
 from .masks import MaskBuffer
@@ -35,6 +39,25 @@ from .sampling import SamplingParams, TokenPicker, dead_end
 # verify: forced tokens and prompt n-grams as drafts the model verifies (exact);
 # force: forced tokens committed unverified (changes answers); off: one token per model call
 Drafting = Literal["verify", "force", "off"]
+
+# A generation as the model calls it makes: send each call's rows back; returns the result.
+Steps = Generator[ModelCall, NDArray[np.float32], Generation]
+
+
+class Model(Protocol):
+    """What the loop reads of a model besides its calls (a Runtime, or a batch's facts)."""
+
+    @property
+    def tokenizer(self) -> llg.LLTokenizer: ...
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def eos_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def exact_batch(self) -> int | None: ...
 
 
 class _StopString(Exception):
@@ -54,28 +77,64 @@ def decode(
     on_tokens: Callable[[list[int]], None] | None = None,
     drafting: Drafting = "verify",
 ) -> Generation:
-    """Generate up to `max_tokens` tokens after `prompt`; `matcher=None` means unconstrained
-    (and undrafted: the baseline).
+    """Generate up to `max_tokens` tokens after `prompt` on `runtime`; `matcher=None` means
+    unconstrained (and undrafted: the baseline).
 
     `on_tokens` sees the new tokens as they are committed, except those that complete a stop
     string; an exception it raises ends the generation (that is how a server cancels one).
     """
+    return run_steps(runtime, decoding(runtime, runtime.rollback, prompt, matcher, params,
+                                       max_tokens=max_tokens, stop=stop, lazy=lazy,
+                                       on_tokens=on_tokens, drafting=drafting))
+
+
+def decoding(
+    model: Model,
+    rollback: Callable[[int], None],
+    prompt: Sequence[int],
+    matcher: Matcher | None,
+    params: SamplingParams,
+    *,
+    max_tokens: int,
+    stop: Sequence[str] = (),
+    lazy: bool = True,
+    on_tokens: Callable[[list[int]], None] | None = None,
+    drafting: Drafting = "verify",
+) -> Steps:
+    """`decode` as the model calls it would make, for whoever makes them (`rollback` forgets
+    the sequence's last n tokens); nothing runs before the first `next`."""
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
-    return _Run(runtime, prompt, matcher, params, max_tokens, stop, lazy, on_tokens,
-                drafting).run()
+    return _Run(model, rollback, prompt, matcher, params, max_tokens, stop, lazy, on_tokens,
+                drafting).steps()
+
+
+def run_steps(runtime: Runtime, steps: Steps) -> Generation:
+    """Make a generation's calls on one runtime, one at a time."""
+    call = next(steps)
+    while True:
+        if call.fresh:
+            rows = runtime.start(call.tokens)[None]
+        else:
+            rows = runtime.evaluate(call.tokens, call.logits_at)
+        try:
+            call = steps.send(rows)
+        except StopIteration as done:
+            result: Generation = done.value
+            return result
 
 
 class _Run:
-    def __init__(self, runtime: Runtime, prompt: Sequence[int], matcher: Matcher | None,
-                 params: SamplingParams, max_tokens: int, stop: Sequence[str], lazy: bool,
+    def __init__(self, model: Model, rollback: Callable[[int], None], prompt: Sequence[int],
+                 matcher: Matcher | None, params: SamplingParams, max_tokens: int,
+                 stop: Sequence[str], lazy: bool,
                  on_tokens: Callable[[list[int]], None] | None, drafting: Drafting):
-        self.runtime, self.prompt, self.matcher = runtime, prompt, matcher
+        self.model, self.rollback, self.prompt, self.matcher = model, rollback, prompt, matcher
         self.max_tokens, self.stop, self.on_tokens = max_tokens, stop, on_tokens
         self.drafting = drafting if matcher is not None else "off"
-        self.tok = runtime.tokenizer
-        self.eos = frozenset(runtime.eos_token_ids)
-        self.picker = TokenPicker(params, MaskBuffer(runtime.n_vocab, self.tok.vocab_size),
+        self.tok = model.tokenizer
+        self.eos = frozenset(model.eos_token_ids)
+        self.picker = TokenPicker(params, MaskBuffer(model.n_vocab, self.tok.vocab_size),
                                   self.eos, lazy=lazy)
         self.drafter = Drafter(self.tok, prompt) if self.drafting == "verify" else None
         self.out: list[int] = []
@@ -86,10 +145,19 @@ class _Run:
         self.first_token_ns = 0
         self.started = 0
 
-    def run(self) -> Generation:
+    def _call(self, call: ModelCall) -> Generator[ModelCall, NDArray[np.float32],
+                                                    NDArray[np.float32]]:
+        """One model call: its rows, and the time spent waiting for them counted as model
+        time (in a batch, that is the whole step's)."""
+        t = time.perf_counter_ns()
+        rows = yield call
+        self.model_ns += time.perf_counter_ns() - t
+        return rows
+
+    def steps(self) -> Steps:
         self.started = time.perf_counter_ns()
-        logits: NDArray[np.float32] = self.runtime.start(self.prompt)
-        self.model_ns = time.perf_counter_ns() - self.started
+        logits: NDArray[np.float32] = (yield from self._call(
+            ModelCall(self.prompt, [len(self.prompt) - 1], fresh=True)))[0]
         m = self.matcher
         pending: int | None = None  # the model's own choice where it disagreed with a draft
         finish: FinishReason = "length"
@@ -134,12 +202,10 @@ class _Run:
                     draft, draft_forced = proposed.tokens, proposed.forced
                     self.costs[-1] += time.perf_counter_ns() - t2
                 if not draft:
-                    t1 = time.perf_counter_ns()
-                    logits = self.runtime.evaluate(new, [len(new) - 1])[0]
-                    self.model_ns += time.perf_counter_ns() - t1
+                    logits = (yield from self._call(ModelCall(new, [len(new) - 1])))[0]
                     continue
                 assert m is not None
-                kept, pending, logits = self._verify(new, draft, m)
+                kept, pending, logits = yield from self._verify(new, draft, m)
                 self.drafted += len(draft)
                 self.accepted += kept
                 self.forced += min(kept, draft_forced)
@@ -152,19 +218,18 @@ class _Run:
         return self._done(self.tok.decode_bytes(self.out), finish, None)
 
     def _verify(self, new: list[int], draft: list[int], m: Matcher
-                ) -> tuple[int, int | None, NDArray[np.float32]]:
+                ) -> Generator[ModelCall, NDArray[np.float32],
+                               tuple[int, int | None, NDArray[np.float32]]]:
         """Evaluate `new` and the draft with logits at every position, in calls of at most
         `exact_batch` tokens, checking each draft token as its logits come: how many the
         picker chooses in a row (committed to `m`), its own choice where it first disagrees
         (the rest rolled back), and the logits after the last token kept."""
         seq = new + draft
-        step = self.runtime.exact_batch or len(seq)
+        step = self.model.exact_batch or len(seq)
         done = 0  # tokens of `seq` evaluated
         while True:
             chunk = seq[done:done + step]
-            t1 = time.perf_counter_ns()
-            rows = self.runtime.evaluate(chunk, range(len(chunk)))
-            self.model_ns += time.perf_counter_ns() - t1
+            rows = yield from self._call(ModelCall(chunk, range(len(chunk))))
             t2 = time.perf_counter_ns()
             for j in range(len(chunk)):
                 i = done + j - len(new) + 1  # rows[j] chooses draft[i]
@@ -175,7 +240,7 @@ class _Run:
                     return len(draft), None, rows[j]
                 choice = self.picker.pick(rows[j], m)
                 if choice != draft[i]:
-                    self.runtime.rollback(done + len(chunk) - len(new) - i)
+                    self.rollback(done + len(chunk) - len(new) - i)
                     self.costs[-1] += time.perf_counter_ns() - t2
                     return i, choice, rows[j]
                 if not m.accept_tokens([draft[i]]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import llguidance as llg
@@ -56,4 +57,65 @@ class Runtime(Protocol):
 
     def rollback(self, n: int) -> None:
         """Forget the last `n` appended tokens (their KV cells), as if never evaluated."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """What one sequence asks of the model at one step: append `tokens` and return the logits
+    rows after `tokens[:i + 1]` for each i of `logits_at`. A `fresh` call starts the sequence
+    over on the prompt `tokens` (a runtime may keep a common prefix cached) and returns the
+    one row after it."""
+
+    tokens: Sequence[int]
+    logits_at: Sequence[int]
+    fresh: bool = False
+
+
+@runtime_checkable
+class BatchRuntime(Protocol):
+    """Many sequences of one model, each in a slot (0 .. max_sequences-1), evaluated together:
+    one `step` makes, for every sequence that takes part, the call it asked for. The facts
+    (`tokenizer`, `n_vocab`, `eos_token_ids`, `exact_batch`, `tokenize`) are the single
+    runtime's; `n_ctx` is per sequence."""
+
+    @property
+    def tokenizer(self) -> llg.LLTokenizer: ...
+
+    @property
+    def n_vocab(self) -> int: ...
+
+    @property
+    def eos_token_ids(self) -> Sequence[int]: ...
+
+    @property
+    def n_ctx(self) -> int | None: ...
+
+    @property
+    def exact_batch(self) -> int | None: ...
+
+    @property
+    def max_sequences(self) -> int: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+    def step(self, calls: Sequence[tuple[int, ModelCall]]
+             ) -> list[NDArray[np.float32] | None]:
+        """Make each (slot, call) in one model step; per call its logits rows (fresh arrays),
+        or None for a fresh call whose prompt is not all in yet (a long prompt is taken a
+        chunk a step, so that it does not stall the others): send it again."""
+        ...
+
+    def rollback(self, slot: int, n: int) -> None:
+        """Forget the last `n` tokens of the sequence in `slot`."""
+        ...
+
+    def release(self, slot: int) -> None:
+        """The sequence in `slot` is done (its cache may be kept for a prompt that shares
+        its prefix)."""
+        ...
+
+    def reuse(self, slot: int, prompt: Sequence[int]) -> int:
+        """How many tokens of `prompt` the free `slot` holds already (0 where nothing is
+        kept): the scheduler gives a new sequence the slot that saves the most."""
         ...
