@@ -1,9 +1,10 @@
 """GGUF models through llama-cpp-python's low-level API.
 
-Low-level on purpose: logits are read with `llama_get_logits_ith(ctx, -1)` (the high-level
-`Llama.scores` row is not the last logits unless `logits_all` is on), a sampled token and its
-forced followers go to the model in one `llama_decode`, and the KV cache is kept for the
-longest common prefix of consecutive prompts.
+Low-level on purpose: logits are read with `llama_get_logits_ith` at the positions asked for
+(the output layer is most of a small model's cost per position), a sampled token and its
+drafts go to the model in one `llama_decode`, the KV cache is kept for the longest common
+prefix of consecutive prompts, and several sequences (`n_seq`, each its own `seq_id` and KV
+stream) share one `llama_decode` a step (`batched`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ModelError
+from .base import ModelCall
 
 try:
     import llama_cpp as lc
@@ -206,16 +208,24 @@ class LlamaCppRuntime:
     """A GGUF model on the CPU (or whatever llama.cpp was built for)."""
 
     def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_batch: int = 512,
-                 n_threads: int | None = None):
-        """`n_ctx`: tokens of context; 0 is the model's trained context where memory allows it
-        (`context_size`), as llama.cpp's server reads `-c 0`."""
+                 n_threads: int | None = None, n_seq: int = 1):
+        """`n_ctx`: tokens of context of each sequence; 0 is the model's trained context where
+        memory allows it for `n_seq` sequences (`context_size`), as llama.cpp's server reads
+        `-c 0`. `n_seq`: sequences `batched` can run at once, each with a KV stream of its
+        own (so a sequence attends to its own cells alone, as it would run alone)."""
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
+        if n_seq < 1:
+            raise ValueError(f"n_seq must be >= 1, got {n_seq}")
         self._v = load_vocab(path, vocab_only=False)
         params = lc.llama_context_default_params()
-        params.n_ctx = n_ctx or context_size(
-            lc.llama_model_n_ctx_train(self._v.model), kv_bytes_per_token(self._v.model),
+        per_seq = n_ctx or context_size(
+            lc.llama_model_n_ctx_train(self._v.model), kv_bytes_per_token(self._v.model) * n_seq,
             available_memory())
+        per_seq = -(-per_seq // _CONTEXT_STEP) * _CONTEXT_STEP
+        params.n_ctx = per_seq * n_seq
+        params.n_seq_max = n_seq
+        params.kv_unified = False
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         # All cores by default; on a shared machine llama.cpp's spinning threads collapse
@@ -228,11 +238,13 @@ class LlamaCppRuntime:
             raise ModelError(f"llama.cpp could not create a context for {path}")
         self._mem = lc.llama_get_memory(self._ctx)
         # what llama.cpp made of the request (it may round it), not what was asked
-        self.n_ctx: int = lc.llama_n_ctx(self._ctx)
+        self.n_seq = n_seq
+        self.n_ctx: int = lc.llama_n_ctx(self._ctx) // n_seq
         self._n_batch = n_batch
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self._n_vocab = lc.llama_vocab_n_tokens(self._v.vocab)
-        self._cached: list[int] = []  # tokens whose keys/values are in the KV cache
+        # per sequence, the tokens whose keys/values are in its KV stream
+        self._cached: list[list[int]] = [[] for _ in range(n_seq)]
 
     @classmethod
     def default(cls, **kwargs: int) -> LlamaCppRuntime:
@@ -265,28 +277,16 @@ class LlamaCppRuntime:
     def start(self, prompt: Sequence[int]) -> NDArray[np.float32]:
         if not prompt:
             raise ValueError("prompt must have at least one token")
-        common = 0
-        for a, b in zip(self._cached, prompt, strict=False):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(prompt) - 1)  # re-evaluate at least one token for logits
-        if not lc.llama_memory_seq_rm(self._mem, 0, common, -1):
-            # e.g. a sliding-window cache that cannot drop a suffix: start over
-            lc.llama_memory_clear(self._mem, True)
-            common = 0
-        self._cached = self._cached[:common]
         # The last prompt token in a call of its own: its logits (and the answer) are then the
         # same whether the rest of the prompt was evaluated now, in a batch, or kept from a
         # previous request (a batch of 4+ tokens takes other kernels: see `exact_batch`).
-        if len(prompt) - common > 1:
-            self._decode(prompt[common:-1], set())
+        rest = self._keep_prefix(0, prompt)
+        if rest:
+            self._decode([(0, t, False) for t in rest])
         return self.advance(prompt[-1:])
 
     def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
-        self._decode(tokens, {len(tokens) - 1})
-        ptr = lc.llama_get_logits_ith(self._ctx, -1)
-        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        return self.evaluate(tokens, [len(tokens) - 1])[0]
 
     # Measured on Gemma 3 270M Q4_K_M: a call of 1-3 tokens gives each token's logits bit for
     # bit as a call of one does; from 4 tokens on, ggml's CPU matrix kernels take another path
@@ -294,41 +294,169 @@ class LlamaCppRuntime:
     exact_batch = 3
 
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
-        rows = np.empty((len(logits_at), self._n_vocab), dtype=np.float32)
-        self._decode(tokens, set(logits_at), rows, list(logits_at))
-        return rows
+        want = set(logits_at)
+        rows = self._decode([(0, t, i in want) for i, t in enumerate(tokens)])
+        return rows[[sorted(want).index(at) for at in logits_at]] if rows.size else rows
 
     def rollback(self, n: int) -> None:
+        self._rollback(0, n)
+
+    def batched(self, max_sequences: int) -> LlamaCppBatch:
+        return LlamaCppBatch(self, max_sequences)
+
+    def _keep_prefix(self, seq: int, prompt: Sequence[int]) -> Sequence[int]:
+        """Keep the longest prefix of `prompt[:-1]` the sequence's KV stream holds, drop the
+        rest of the stream; the prompt tokens (but the last) still to evaluate."""
+        cached = self._cached[seq]
+        common = self._common(seq, prompt)
+        if not lc.llama_memory_seq_rm(self._mem, seq, common, -1):
+            # e.g. a sliding-window cache that cannot drop a suffix: start over
+            lc.llama_memory_seq_rm(self._mem, seq, -1, -1)
+            common = 0
+        del cached[common:]
+        return prompt[common:-1]
+
+    def _common(self, seq: int, prompt: Sequence[int]) -> int:
+        """Tokens of `prompt` the sequence holds, short of the last (evaluated for logits)."""
+        common = 0
+        for a, b in zip(self._cached[seq], prompt, strict=False):
+            if a != b:
+                break
+            common += 1
+        return min(common, len(prompt) - 1)
+
+    def _rollback(self, seq: int, n: int) -> None:
         if n <= 0:
             return
-        keep = len(self._cached) - n
-        if keep < 0 or not lc.llama_memory_seq_rm(self._mem, 0, keep, -1):
+        cached = self._cached[seq]
+        keep = len(cached) - n
+        if keep < 0 or not lc.llama_memory_seq_rm(self._mem, seq, keep, -1):
             raise ModelError(f"llama.cpp cannot drop the last {n} tokens of its cache")
-        self._cached = self._cached[:keep]
+        del cached[keep:]
 
-    def _decode(self, tokens: Sequence[int], want: set[int],
-                rows: NDArray[np.float32] | None = None, order: list[int] | None = None) -> None:
-        """Evaluate `tokens` in batches of at most n_batch, logits computed only at the
-        indices in `want` (the output layer is most of a small model's cost per position);
-        with `rows`, those logits are copied out in the order of `order`."""
-        if len(self._cached) + len(tokens) > self.n_ctx:
-            raise ModelError(f"context of {self.n_ctx} tokens exceeded")
+    def _decode(self, items: Sequence[tuple[int, int, bool]]) -> NDArray[np.float32]:
+        """Append each (sequence, token, logits wanted) in order, in `llama_decode` calls of
+        at most n_batch tokens; the logits rows wanted, in the order of `items`."""
+        added: dict[int, int] = {}
+        for seq, _, _ in items:
+            added[seq] = added.get(seq, 0) + 1
+        for seq, n in added.items():
+            if len(self._cached[seq]) + n > self.n_ctx:
+                raise ModelError(f"context of {self.n_ctx} tokens exceeded")
+        rows = np.empty((sum(w for _, _, w in items), self._n_vocab), dtype=np.float32)
         b = self._batch
-        for start in range(0, len(tokens), self._n_batch):
-            chunk = tokens[start:start + self._n_batch]
-            for i, t in enumerate(chunk):
+        row = 0
+        for start in range(0, len(items), self._n_batch):
+            chunk = items[start:start + self._n_batch]
+            for i, (seq, t, wanted) in enumerate(chunk):
+                cached = self._cached[seq]
                 b.token[i] = t
-                b.pos[i] = len(self._cached) + i
+                b.pos[i] = len(cached)
                 b.n_seq_id[i] = 1
-                b.seq_id[i][0] = 0
-                b.logits[i] = start + i in want
+                b.seq_id[i][0] = seq
+                b.logits[i] = wanted
+                cached.append(t)
             b.n_tokens = len(chunk)
             rc = lc.llama_decode(self._ctx, b)
             if rc != 0:
+                for seq, _, _ in reversed(chunk):  # not in the cache after all
+                    self._cached[seq].pop()
                 raise ModelError(f"llama_decode failed with code {rc}")
-            self._cached += chunk
-            if rows is not None and order is not None:
-                for j, at in enumerate(order):
-                    if start <= at < start + len(chunk):
-                        ptr = lc.llama_get_logits_ith(self._ctx, at - start)
-                        rows[j] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+            for i, (_, _, wanted) in enumerate(chunk):
+                if wanted:
+                    ptr = lc.llama_get_logits_ith(self._ctx, i)
+                    rows[row] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+                    row += 1
+        return rows
+
+
+class LlamaCppBatch:
+    """`BatchRuntime` over a runtime's `n_seq` sequences (slot i is `seq_id` i).
+
+    A step is at most two `llama_decode` calls: the prompts coming in (a chunk of at most
+    `prefill_chunk` tokens a step, without logits, so a long prompt does not stall the
+    others), then every sequence's tokens. A prompt's last token is in the second, as
+    `start` takes it alone; a sequence alone in a step gets the very logits it gets from the
+    runtime itself. With others in the call its rows take the batched kernels (`exact_batch`),
+    as in any batching engine: a near tie may then go the other way."""
+
+    def __init__(self, runtime: LlamaCppRuntime, max_sequences: int, *,
+                 prefill_chunk: int = 128):
+        if not 1 <= max_sequences <= runtime.n_seq:
+            raise ValueError(f"max_sequences must be in 1..{runtime.n_seq} (the runtime's "
+                             f"n_seq), got {max_sequences}")
+        self.runtime = runtime
+        self.max_sequences = max_sequences
+        self.prefill_chunk = prefill_chunk
+        self.exact_batch = runtime.exact_batch
+        self.n_ctx: int | None = runtime.n_ctx
+        self._prefilling: set[int] = set()  # slots whose fresh prompt is partly in
+
+    @property
+    def tokenizer(self) -> llg.LLTokenizer:
+        return self.runtime.tokenizer
+
+    @property
+    def n_vocab(self) -> int:
+        return self.runtime.n_vocab
+
+    @property
+    def eos_token_ids(self) -> Sequence[int]:
+        return self.runtime.eos_token_ids
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.runtime.tokenize(text)
+
+    def step(self, calls: Sequence[tuple[int, ModelCall]]
+             ) -> list[NDArray[np.float32] | None]:
+        rt = self.runtime
+        budget = self.prefill_chunk
+        prefill: list[tuple[int, int, bool]] = []
+        items: list[tuple[int, int, bool]] = []
+        ready: list[bool] = []
+        for slot, call in calls:
+            if call.fresh:
+                if slot not in self._prefilling:  # the first time this prompt is sent
+                    rt._keep_prefix(slot, call.tokens)
+                    self._prefilling.add(slot)
+                held = len(rt._cached[slot])
+                rest = call.tokens[held:len(call.tokens) - 1]
+                take = rest[:budget]
+                budget -= len(take)
+                prefill += [(slot, t, False) for t in take]
+                if len(take) < len(rest):
+                    ready.append(False)
+                    continue
+                self._prefilling.discard(slot)
+                items.append((slot, call.tokens[-1], True))
+            else:
+                want = set(call.logits_at)
+                items += [(slot, t, i in want) for i, t in enumerate(call.tokens)]
+            ready.append(True)
+        if prefill:
+            rt._decode(prefill)
+        rows = rt._decode(items) if items else None
+        out: list[NDArray[np.float32] | None] = []
+        at = 0
+        for (_, call), done in zip(calls, ready, strict=True):
+            if not done:
+                out.append(None)
+                continue
+            n = 1 if call.fresh else len(call.logits_at)
+            assert rows is not None
+            mine = rows[at:at + n]
+            if not call.fresh:  # rows came in ascending position; give them as asked
+                order = sorted(call.logits_at)
+                mine = mine[[order.index(i) for i in call.logits_at]]
+            out.append(mine)
+            at += n
+        return out
+
+    def rollback(self, slot: int, n: int) -> None:
+        self.runtime._rollback(slot, n)
+
+    def release(self, slot: int) -> None:
+        self._prefilling.discard(slot)  # the KV stream stays, for a prompt that shares it
+
+    def reuse(self, slot: int, prompt: Sequence[int]) -> int:
+        return self.runtime._common(slot, prompt)

@@ -180,6 +180,12 @@ class ScriptedRuntime(Stepped):
     def _snapshot(self) -> Any:
         return self._place, self._written
 
+    def _context(self) -> Any:
+        return self.turn, self._script
+
+    def _set_context(self, context: Any) -> None:
+        self.turn, self._script = context
+
     def _restore(self, state: Any) -> None:
         self._place, self._written = state
 

@@ -1,19 +1,25 @@
 """`evaluate` and `rollback` for the test runtimes, whose logits come from a state advanced one
 token at a time: each token's state is kept, so rolling back restores it exactly and a token
-gets the same logits whether it came alone or with drafts."""
+gets the same logits whether it came alone or with drafts. `batched` runs many sequences on
+one such runtime by switching each one's state in for its calls, so a sequence gets the same
+rows batched as alone (the same seeds, the same outputs)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
+
+from .base import ModelCall
 
 
 class Stepped:
     """Mixin: a runtime defines `_snapshot`, `_restore` and `_step` (advance by one token,
-    return the next logits row) and calls `_reset_steps` when it starts a prompt."""
+    return the next logits row), `start` and `tokenize`, and calls `_reset_steps` when it
+    starts a prompt; `_context` / `_set_context` hold what `start` chose besides that."""
 
     _steps: list[Any]
     exact_batch: int | None = None  # a row depends on the state alone, not on the batch
@@ -25,6 +31,15 @@ class Stepped:
         raise NotImplementedError
 
     def _step(self, token: int) -> NDArray[np.float32]:
+        raise NotImplementedError
+
+    def _context(self) -> Any:
+        return None
+
+    def _set_context(self, context: Any) -> None:
+        pass
+
+    def start(self, prompt: Sequence[int]) -> NDArray[np.float32]:
         raise NotImplementedError
 
     def _reset_steps(self) -> None:
@@ -49,3 +64,72 @@ class Stepped:
             raise ValueError(f"cannot roll back {n} tokens: {len(self._steps)} appended")
         self._restore(self._steps[-n])
         del self._steps[-n:]
+
+    def batched(self, max_sequences: int) -> StepBatch:
+        return StepBatch(self, max_sequences)
+
+
+class StepBatch:
+    """A `BatchRuntime` over one stepped runtime: each slot keeps its whole state (the step
+    state, the steps taken, what `start` chose), switched in for its calls."""
+
+    def __init__(self, runtime: Stepped, max_sequences: int):
+        if max_sequences < 1:
+            raise ValueError(f"max_sequences must be >= 1, got {max_sequences}")
+        self.runtime: Any = runtime  # a Runtime that is Stepped
+        self.max_sequences = max_sequences
+        self.exact_batch = runtime.exact_batch
+        self._states: dict[int, tuple[Any, list[Any], Any]] = {}
+
+    @property
+    def tokenizer(self) -> llg.LLTokenizer:
+        return self.runtime.tokenizer
+
+    @property
+    def n_vocab(self) -> int:
+        return self.runtime.n_vocab
+
+    @property
+    def eos_token_ids(self) -> Sequence[int]:
+        return self.runtime.eos_token_ids
+
+    @property
+    def n_ctx(self) -> int | None:
+        return self.runtime.n_ctx
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.runtime.tokenize(text)
+
+    def step(self, calls: Sequence[tuple[int, ModelCall]]
+             ) -> list[NDArray[np.float32] | None]:
+        out: list[NDArray[np.float32] | None] = []
+        for slot, call in calls:
+            if call.fresh:
+                rows = self.runtime.start(call.tokens)[None].copy()
+            else:
+                self._switch_in(slot)
+                rows = self.runtime.evaluate(call.tokens, call.logits_at)
+            self._save(slot)
+            out.append(rows)
+        return out
+
+    def rollback(self, slot: int, n: int) -> None:
+        self._switch_in(slot)
+        self.runtime.rollback(n)
+        self._save(slot)
+
+    def release(self, slot: int) -> None:
+        self._states.pop(slot, None)
+
+    def reuse(self, slot: int, prompt: Sequence[int]) -> int:
+        return 0  # nothing to keep: a test runtime's start costs nothing
+
+    def _switch_in(self, slot: int) -> None:
+        r = self.runtime
+        snapshot, r._steps, context = self._states[slot]
+        r._restore(snapshot)
+        r._set_context(context)
+
+    def _save(self, slot: int) -> None:
+        r = self.runtime
+        self._states[slot] = (r._snapshot(), r._steps, r._context())
