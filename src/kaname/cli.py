@@ -90,11 +90,12 @@ _MODELS = "default, random, adversarial, scripted:SCRIPT.json or a .gguf file"
 
 
 def load_runtime(model: str, seed: int | None = None,  # type: ignore[no-untyped-def]
-                 n_ctx: int = 0):
+                 n_ctx: int = 0, n_seq: int = 1):
     """`default`, `random`, `adversarial`, `scripted:PATH` or a path to a .gguf file, with
     `n_ctx` tokens of context: 0 is the model's own (a GGUF's trained context where memory
     allows it; no limit for the test models, which do not read the prompt for their
-    logits). The test models use the embedded model's vocabulary."""
+    logits). `n_seq`: sequences a GGUF's context holds at once (a server's batch; the test
+    models hold any number). The test models use the embedded model's vocabulary."""
     from .runtimes import llamacpp
     from .runtimes.random_logits import AdversarialRuntime, RandomLogitsRuntime
 
@@ -103,7 +104,7 @@ def load_runtime(model: str, seed: int | None = None,  # type: ignore[no-untyped
         return _scripted(model, None, vocab.tokenizer, vocab.eos_token_ids, vocab.bos_token_id,
                          n_ctx)
     if model == "default":
-        return llamacpp.LlamaCppRuntime.default(n_ctx=n_ctx)
+        return llamacpp.LlamaCppRuntime.default(n_ctx=n_ctx, n_seq=n_seq)
     if model in ("random", "adversarial"):
         vocab = llamacpp.default_vocab()
         cls = RandomLogitsRuntime if model == "random" else AdversarialRuntime
@@ -112,7 +113,7 @@ def load_runtime(model: str, seed: int | None = None,  # type: ignore[no-untyped
     path = Path(model)
     if not path.is_file():
         _fail(f"--model: expected {_MODELS}, got {model!r}")
-    return llamacpp.LlamaCppRuntime(path, n_ctx=n_ctx)
+    return llamacpp.LlamaCppRuntime(path, n_ctx=n_ctx, n_seq=n_seq)
 
 
 def _scripted(model: str, fmt: ChatFormat | None, tokenizer: llg.LLTokenizer,
@@ -200,7 +201,7 @@ def _chat_template(choice: str, model: str) -> str | None:
 
 
 def _runtime_for_format(model: str, fmt, seed: int | None,  # type: ignore[no-untyped-def]
-                        n_ctx: int = 0):
+                        n_ctx: int = 0, n_seq: int = 1):
     """The test models (`random`, `adversarial`, `scripted:PATH`) carry the format's special
     tokens: the Gemma vocabulary for gemma3, a synthetic vocabulary with the format's tokens
     otherwise."""
@@ -216,7 +217,7 @@ def _runtime_for_format(model: str, fmt, seed: int | None,  # type: ignore[no-un
         tokenizer, eos = synthetic_tokenizer(fmt.special_tokens)
         return _scripted(model, fmt, tokenizer, eos, None, n_ctx)
     if model not in ("random", "adversarial") or fmt.name == "gemma3":
-        return load_runtime(model, seed, n_ctx)
+        return load_runtime(model, seed, n_ctx, n_seq)
     tokenizer, eos = synthetic_tokenizer(fmt.special_tokens)
     cls = RandomLogitsRuntime if model == "random" else AdversarialRuntime
     return cls(tokenizer, seed=seed or 0, eos_token_ids=eos, n_ctx=n_ctx or None)
@@ -616,8 +617,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prompt rendering: the GGUF's own Jinja template where it has one "
                         "(auto), the format's spec, or a template file")
     s.add_argument("--max-concurrency", type=int, default=None,
-                   help="generations at once: local model replicas (default 1), or upstream "
-                        "requests in flight (default 64)")
+                   help="generations at once: the local model's batch (default 8), or "
+                        "upstream requests in flight (default 64)")
     s.add_argument("--max-queue", type=int, default=64,
                    help="requests waiting beyond those; more are answered 429")
     s.add_argument("--request-timeout", type=float, default=300.0,

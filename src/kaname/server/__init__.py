@@ -18,14 +18,15 @@ from .app import create_app
 from .backend import Backend
 from .config import ServerConfig
 from .lifecycle import serve
-from .local import LocalBackend
+from .local import LocalBackend, batch_of
 from .metrics import Metrics
 from .upstream import UpstreamBackend, discover_model
 
 
 def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
-    """`runtime_factory(model, fmt, seed, ctx_size)` makes one runtime (one per local
-    replica); `ctx_size` is `config.ctx_size`, 0 meaning the model's own."""
+    """`runtime_factory(model, fmt, seed, ctx_size, n_seq)` makes the runtime: `ctx_size` is
+    `config.ctx_size` (0 meaning the model's own), `n_seq` the sequences it must hold at once
+    (the local batch's size; 1 for the upstream's tokenizer)."""
     fmt = get_format(config.format)
     if config.reasoning in ("on", "required") and fmt.reasoning is None:
         raise ConstraintError(f"--reasoning {config.reasoning}: format {fmt.name} has no "
@@ -33,8 +34,8 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
     if config.reasoning == "off":
         fmt.opening("off")  # a model whose prompt always opens the block cannot be switched off
 
-    def make_runtime() -> Any:
-        return runtime_factory(config.model, fmt, config.seed, config.ctx_size)
+    def make_runtime(n_seq: int = 1) -> Any:
+        return runtime_factory(config.model, fmt, config.seed, config.ctx_size, n_seq)
 
     if config.upstream and not config.upstream_model:
         config = dataclasses.replace(
@@ -54,13 +55,13 @@ def build_app(config: ServerConfig, runtime_factory: Any) -> FastAPI:
             request_timeout=config.request_timeout, dialect=config.upstream_dialect,
             end_marker=fmt.end_of_turn)
     else:
-        first = Engine(make_runtime(), guards=config.guards,
-                       cache_bytes=config.compile_cache_bytes())
-        compiler = first.compiler
-        engines = [first] + [Engine(make_runtime(), compiler=compiler)
-                             for _ in range(config.concurrency() - 1)]
+        size = config.concurrency()
+        engine = Engine(make_runtime(size), guards=config.guards,
+                        cache_bytes=config.compile_cache_bytes())
+        compiler = engine.compiler
         metrics = Metrics(lambda: (compiler.hits, compiler.misses), lambda: compiler.cache.bytes)
-        backend = LocalBackend(engines, config.model_id(), metrics, max_queue=config.max_queue,
+        backend = LocalBackend(engine, batch_of(engine, size), config.model_id(), metrics,
+                               max_queue=config.max_queue,
                                request_timeout=config.request_timeout)
     app = create_app(config, backend, metrics)
     app.state.config = config  # as resolved here (the upstream's model discovered)

@@ -24,8 +24,9 @@ class ServerConfig:
     served_model_names: tuple[str, ...] = ()
     any_model_name: bool = False    # answer whatever model name a request gives (one model)
     strict_level: Literal["full", "names", "off"] = "full"
-    # generations at once: local, engine replicas (default 1); upstream, requests in flight
-    # (default 64: the upstream batches them)
+    # generations at once: local, the batch's size (default 8: on 2 cores a step of 8
+    # sequences gives ~2x the tokens/s of one, docs/benchmarks.md); upstream, requests in
+    # flight (default 64: the upstream batches them)
     max_concurrency: int | None = None
     max_queue: int = 64             # requests waiting beyond those; more get 429
     request_timeout: float = 300.0  # seconds for one request, queueing included
@@ -54,7 +55,7 @@ class ServerConfig:
         return self.compile_cache_mb << 20
 
     def concurrency(self) -> int:
-        return self.max_concurrency or (64 if self.upstream else 1)
+        return self.max_concurrency or (64 if self.upstream else 8)
 
     def model_id(self) -> str:
         """The id /v1/models lists and responses carry."""

@@ -1,7 +1,9 @@
-"""Text from the local engines: one generation per engine replica, off the event loop.
+"""Text from the local engine: every request's generation a sequence of one batch.
 
-A cancelled request (client gone, deadline passed) stops its generation at the next token;
-the slot is freed only once the generation thread has stopped.
+Requests are admitted up to the batch's size (`--max-concurrency`), more wait in the queue
+(`--max-queue`), and the scheduler (`scheduler.py`) advances all running generations one
+model step at a time. A cancelled request (client gone, deadline passed) ends its sequence
+at the next step; its admission slot is freed only once the scheduler has let it go.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 import codecs
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import llguidance as llg
@@ -18,39 +20,49 @@ import llguidance as llg
 from ..decoding import Generation
 from ..engine import Engine
 from ..grammar import CompiledConstraint, GrammarCompiler
+from ..runtimes.base import BatchRuntime
 from .admission import Admission, Slot
 from .backend import GenParams, TextSink
 from .errors import APIError
 from .metrics import Metrics
+from .scheduler import Cancelled, Scheduler
 
 
 class _Stop(Exception):
-    """Raised inside the generation thread to end it early."""
+    """Raised inside a generation's loop to end it early."""
+
+
+def batch_of(engine: Engine, size: int) -> BatchRuntime:
+    """`size` sequences of the engine's runtime in one batch (the runtime's `batched`)."""
+    batched = getattr(engine.runtime, "batched", None)
+    if batched is None:
+        raise TypeError(f"{type(engine.runtime).__name__} cannot run a batch (no `batched`)")
+    batch: BatchRuntime = batched(size)
+    return batch
 
 
 class LocalBackend:
-    """Engines sharing one vocabulary and compile cache; one generation per engine at once."""
+    """One engine and a batch of its runtime; up to the batch's size generations at once."""
 
-    def __init__(self, engines: list[Engine], model_id: str, metrics: Metrics, *,
-                 max_queue: int, request_timeout: float):
-        self.engines = engines
+    def __init__(self, engine: Engine, batch: BatchRuntime, model_id: str, metrics: Metrics,
+                 *, max_queue: int, request_timeout: float):
+        self.engine = engine
+        self.batch = batch
         self.model_id = model_id
         self.metrics = metrics
         self.request_timeout = request_timeout
-        self.tokenizer: llg.LLTokenizer = engines[0].runtime.tokenizer
-        self.compiler: GrammarCompiler = engines[0].compiler
-        self._free = list(engines)
-        self._admission = Admission(len(engines), max_queue, metrics)
-        self._executor = ThreadPoolExecutor(max_workers=len(engines),
-                                            thread_name_prefix="kaname-gen")
+        self.tokenizer: llg.LLTokenizer = engine.runtime.tokenizer
+        self.compiler: GrammarCompiler = engine.compiler
+        self.scheduler = Scheduler(batch, metrics.batch_sequences.observe)
+        self._admission = Admission(batch.max_sequences, max_queue, metrics)
         self._running: set[threading.Event] = set()  # cancel flags of running generations
 
     @property
     def n_ctx(self) -> int | None:
-        return self.engines[0].runtime.n_ctx
+        return self.batch.n_ctx
 
     def count_tokens(self, prompt: str) -> int:
-        return len(self.engines[0].runtime.tokenize(prompt))
+        return len(self.engine.runtime.tokenize(prompt))
 
     async def admit(self) -> Slot:
         return await self._admission.acquire(self.request_timeout)
@@ -61,33 +73,38 @@ class LocalBackend:
         deadline = time.monotonic() + self.request_timeout
         slot = slot or await self.admit()
         slot.taken = True
-        engine = self._free.pop()
         loop = asyncio.get_running_loop()
         cancel = threading.Event()
         self._running.add(cancel)
-        stream = _TextStream(engine.runtime.tokenizer, params.stop, sink, loop)
+        try:
+            tokens = await asyncio.to_thread(self.engine.runtime.tokenize, prompt)
+        except BaseException:
+            self._running.discard(cancel)
+            slot.release()
+            raise
+        stream = _TextStream(self.tokenizer, params.stop, sink, loop)
+
+        def stopped() -> bool:
+            return cancel.is_set() or time.monotonic() > deadline
 
         def on_tokens(ids: list[int]) -> None:
-            if cancel.is_set() or time.monotonic() > deadline:
+            if stopped():
                 raise _Stop
             stream.push(ids)
 
-        def work() -> Generation:
+        def make(rollback: Any) -> Any:
             s = params.sampling
-            return engine.generate(prompt, compiled, max_tokens=params.max_tokens,
-                                   temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                                   min_p=s.min_p, seed=s.seed, stop=params.stop,
-                                   drafting="verify" if params.draft else "off",
-                                   on_tokens=on_tokens)
+            return self.engine.steps(
+                tokens, compiled, self.batch, rollback, max_tokens=params.max_tokens,
+                temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
+                seed=s.seed, stop=params.stop, drafting="verify" if params.draft else "off",
+                on_tokens=on_tokens)
 
-        def done(f: Any) -> None:  # the slot is free only once the thread has stopped
+        def done(f: Future[Generation]) -> None:  # the slot is free once the sequence is
             self._running.discard(cancel)
-            self._free.append(engine)
             slot.release()
-            if not f.cancelled():
-                f.exception()  # retrieved: a cancelled generation's _Stop is expected
 
-        cfut = self._executor.submit(work)
+        cfut = self.scheduler.submit(make, tokens, stopped)
         cfut.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
         try:
             wrapped = asyncio.wrap_future(cfut)
@@ -98,7 +115,7 @@ class LocalBackend:
         except asyncio.CancelledError:
             cancel.set()
             raise
-        except _Stop:
+        except (_Stop, Cancelled):
             raise APIError(504, f"generation timed out after {self.request_timeout:.0f} s",
                            code="timeout") from None
         stream.flush(result.text)
@@ -111,12 +128,10 @@ class LocalBackend:
 
     async def aclose(self) -> None:
         """On shutdown (after uvicorn's grace period): stop what still runs at its next
-        token, so the process does not wait for whole generations."""
+        step, so the process does not wait for whole generations."""
         for cancel in list(self._running):
             cancel.set()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-
+        self.scheduler.close()
 class _TextStream:
     """Token ids → text chunks for the sink, holding back what a stop string may still cut."""
 

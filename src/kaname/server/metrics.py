@@ -25,6 +25,9 @@ class Metrics:
             "kaname_mask_seconds", "Constraint time per sampled token (mask, pick, commit)",
             buckets=(1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0),
             registry=r)
+        self.batch_sequences = Histogram(
+            "kaname_batch_sequences", "Sequences one model step of the local batch advances",
+            buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64), registry=r)
         self.not_enforced = Counter("kaname_upstream_not_enforced",
                                     "Upstream completions the replay matcher rejected",
                                     registry=r)

@@ -1,0 +1,178 @@
+"""Continuous batching: the local model's generations advance together, one model step each.
+
+One thread owns the batch runtime. Each step it admits the sequences waiting (at most the
+batch's size, each in the free slot whose cache holds the longest prefix of its prompt), then
+makes the pending model call of every running sequence in one `BatchRuntime.step`, and sends
+each its rows: the sequence's own decoding loop (`decoding.Steps`: its matcher, sampler, stop
+rules, budget and streaming callback) picks, drafts and asks for its next call. A sequence
+that finishes, fails or is cancelled frees its slot at once.
+
+The constraint work per step stays cheap: the lazy check (the model's pick checked against
+the grammar first, a full mask only on a miss) runs in each loop; only the model call is
+shared. A sequence's rows do not depend on the others (each has its own KV stream), except
+through the kernels a bigger call takes (`LlamaCppBatch`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..decoding import Generation
+from ..decoding.loop import Steps
+from ..runtimes.base import BatchRuntime, ModelCall
+
+# Builds a sequence's steps once its slot is known: (slot's rollback) -> Steps
+MakeSteps = Callable[[Callable[[int], None]], Steps]
+
+
+class Cancelled(Exception):
+    """A sequence ended before it finished (its request was cancelled, or the scheduler
+    closed)."""
+
+
+@dataclass(eq=False)
+class _Seq:
+    make: MakeSteps
+    prompt: list[int]
+    stopped: Callable[[], bool]
+    future: Future[Generation] = field(default_factory=Future)
+    slot: int = -1
+    steps: Steps | None = None
+    call: ModelCall | None = None
+
+
+class Scheduler:
+    """Runs generations on a `BatchRuntime`, all running ones advanced in one call a step."""
+
+    def __init__(self, batch: BatchRuntime, on_step: Callable[[int], None] | None = None):
+        """`on_step(n)` hears of each model step and the sequences it carried."""
+        self.batch = batch
+        self._on_step = on_step
+        self._cond = threading.Condition()
+        self._waiting: deque[_Seq] = deque()
+        self._running: list[_Seq] = []
+        self._free = list(range(batch.max_sequences))
+        self._closed = False
+        self.steps_run = 0  # model steps made (for tests and metrics)
+        self.max_running = 0  # the most sequences one step has carried
+        self._thread = threading.Thread(target=self._loop, name="kaname-batch", daemon=True)
+        self._thread.start()
+
+    def submit(self, make: MakeSteps, prompt: list[int],
+               stopped: Callable[[], bool] = lambda: False) -> Future[Generation]:
+        """Queue a generation; it joins the batch at the next step boundary with a free
+        slot. `stopped()` is asked every step: True ends it with `Cancelled` (a long prompt's
+        prefill included, which calls no token callback). The future holds the Generation,
+        or the exception its loop raised."""
+        seq = _Seq(make, prompt, stopped)
+        with self._cond:
+            if self._closed:
+                seq.future.set_exception(Cancelled("the server is shutting down"))
+                return seq.future
+            self._waiting.append(seq)
+            self._cond.notify()
+        return seq.future
+
+    def close(self) -> None:
+        """Stop after the current step: what still waits or runs ends with `Cancelled`."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._closed or self._waiting or self._running):
+                    self._cond.wait()
+                if self._closed:
+                    ending = [*self._running, *self._waiting]
+                    self._running, self._waiting = [], deque()
+                    break
+                admitted = self._admit()
+            try:
+                for seq in admitted:
+                    self._begin(seq)
+                self._step()
+            except BaseException as e:  # a bug of ours: fail what runs, keep serving
+                for seq in list(self._running):
+                    self._end(seq, e)
+        for seq in ending:
+            self._end(seq, Cancelled("the server is shutting down"))
+
+    def _admit(self) -> list[_Seq]:
+        """Waiting sequences into free slots, each where the most of its prompt is kept."""
+        admitted = []
+        while self._waiting and self._free:
+            seq = self._waiting.popleft()
+            seq.slot = max(self._free, key=lambda s: self.batch.reuse(s, seq.prompt))
+            self._free.remove(seq.slot)
+            self._running.append(seq)
+            admitted.append(seq)
+        return admitted
+
+    def _begin(self, seq: _Seq) -> None:
+        slot = seq.slot
+        try:
+            seq.steps = seq.make(lambda n: self.batch.rollback(slot, n))
+            seq.call = next(seq.steps)
+        except StopIteration as done:  # pragma: no cover - a loop always calls the model
+            self._end(seq, done.value)
+        except BaseException as e:  # the request's own error (a bad parameter, ...)
+            self._end(seq, e)
+
+    def _step(self) -> None:
+        for seq in [s for s in self._running if s.stopped()]:
+            self._end(seq, Cancelled("cancelled"))
+        live = [s for s in self._running if s.call is not None]
+        if not live:
+            return
+        calls = [(s.slot, s.call) for s in live if s.call is not None]
+        try:
+            rows = self.batch.step(calls)
+        except BaseException as e:  # a model error ends the sequences of the step
+            for seq in live:
+                self._end(seq, e)
+            return
+        self.steps_run += 1
+        self.max_running = max(self.max_running, len(live))
+        if self._on_step is not None:
+            self._on_step(len(live))
+        for seq, r in zip(live, rows, strict=True):
+            if r is not None:
+                self._send(seq, r)
+
+    def _send(self, seq: _Seq, rows: NDArray[np.float32]) -> None:
+        assert seq.steps is not None
+        try:
+            seq.call = seq.steps.send(rows)
+        except StopIteration as done:
+            self._end(seq, done.value)
+        except BaseException as e:  # the loop's error, or the callback's cancel
+            self._end(seq, e)
+
+    def _end(self, seq: _Seq, outcome: Generation | BaseException) -> None:
+        if seq.steps is not None:
+            seq.steps.close()
+            seq.steps = None
+        seq.call = None
+        with self._cond:
+            if seq in self._running:
+                self._running.remove(seq)
+            if seq.slot >= 0:
+                self.batch.release(seq.slot)
+                self._free.append(seq.slot)
+                seq.slot = -1
+        if isinstance(outcome, BaseException):
+            seq.future.set_exception(outcome)
+        else:
+            seq.future.set_result(outcome)
