@@ -1,6 +1,7 @@
-"""kaname serve under load: 32 streaming clients back to back for 30 s, over chat completions,
-completions, the Responses API and Anthropic's Messages API, lose nothing; a full queue answers
-429 at once in the API's shape; a client that goes away frees its generation slot."""
+"""kaname serve under load: 64 streaming clients back to back for 60 s on a batch of 8, over
+chat completions, completions, the Responses API and Anthropic's Messages API, some of them
+leaving mid-stream, lose nothing and leave the server's memory flat; a full queue answers 429
+at once in the API's shape; a client that goes away frees its generation slot."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 from serverproc import ServerProcess
 
 MODEL = ("--model", "random", "--format", "qwen3")
-CLIENTS = 32
-LOAD_SECONDS = 30.0
+CLIENTS = 64
+LOAD_SECONDS = 60.0
+LEAVE_EVERY = 6  # about one request in six is dropped by its client after its first event
+RSS_GROWTH_MB = 64  # most the server may grow from the first half's plateau to the end
 
 # A request that keeps its slot busy: the regex cannot end before max_tokens (about 5000
 # tokens/s on the random model, so SLOW_TOKENS is a second or two), never a 'stop' finish.
@@ -56,7 +59,7 @@ def _assert_error_shape(body: Any, code: str) -> None:
 
 @pytest.fixture(scope="module")
 def busy_server():
-    with ServerProcess(*MODEL, "--max-concurrency", "2", "--max-queue", "64") as s:
+    with ServerProcess(*MODEL, "--max-concurrency", "8", "--max-queue", "64") as s:
         yield s
 
 
@@ -143,45 +146,79 @@ def _check_stream(path: str, body: dict[str, Any], status: int, text: str) -> No
     assert usage == int(want_usage), (usage, body)
 
 
+def _rss_mb(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
 def test_sustained_streaming_load(busy_server):
     url = busy_server.url
     done: list[float] = []
+    left = 0
     failures: list[str] = []
+    rss: list[tuple[float, float]] = []  # (seconds into the load, MB)
 
     async def client(i: int, http: httpx.AsyncClient, deadline: float) -> None:
+        nonlocal left
         rng = random.Random(i)
         while time.monotonic() < deadline:
             path, body = _load_request(rng)
+            leave = rng.randrange(LEAVE_EVERY) == 0
             t0 = time.monotonic()
             try:
                 async with http.stream("POST", url + path, json=body) as r:
+                    if leave and r.status_code == 200:
+                        async for _ in r.aiter_bytes():
+                            break  # gone after the first bytes: the server must let it go
+                        left += 1
+                        continue
                     text = (await r.aread()).decode()
                 _check_stream(path, body, r.status_code, text)
                 done.append(time.monotonic() - t0)
             except Exception as e:  # recorded, the client goes on
                 failures.append(f"client {i} {path}: {type(e).__name__}: {str(e)[:300]}")
 
+    async def watch(start: float, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            rss.append((time.monotonic() - start, _rss_mb(busy_server.pid)))
+            await asyncio.sleep(1.0)
+
     async def main() -> None:
         limits = httpx.Limits(max_connections=CLIENTS * 2)
-        async with httpx.AsyncClient(timeout=60, limits=limits) as http:
-            deadline = time.monotonic() + LOAD_SECONDS
-            await asyncio.gather(*(client(i, http, deadline) for i in range(CLIENTS)))
+        async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+            start = time.monotonic()
+            deadline = start + LOAD_SECONDS
+            await asyncio.gather(watch(start, deadline),
+                                 *(client(i, http, deadline) for i in range(CLIENTS)))
 
     t0 = time.monotonic()
     asyncio.run(main())
     took = time.monotonic() - t0
     done.sort()
+    plateau = max(mb for t, mb in rss if LOAD_SECONDS / 4 <= t <= LOAD_SECONDS / 2)
+    end = max(mb for t, mb in rss if t > LOAD_SECONDS * 3 / 4)
     print(f"\n{len(done)} streamed requests from {CLIENTS} clients in {took:.1f} s "
-          f"({len(done) / took:.1f}/s), latency p50 {done[len(done) // 2]:.2f} s, "
-          f"max {done[-1]:.2f} s, failures {len(failures)}")
+          f"({len(done) / took:.1f}/s), {left} left mid-stream, latency p50 "
+          f"{done[len(done) // 2]:.2f} s, max {done[-1]:.2f} s, failures {len(failures)}; "
+          f"RSS {plateau:.0f} MB at a quarter to half, {end:.0f} MB in the last quarter")
     assert not failures, failures[:5]
     assert len(done) >= CLIENTS * 3
-    _wait_idle(url, 5)
+    assert left >= CLIENTS // 2  # the disconnects happened
+    assert end <= plateau + RSS_GROWTH_MB, (plateau, end)
+    _wait_idle(url, 10)  # every sequence, the abandoned ones too, has let its slot go
     metrics = httpx.get(url + "/metrics").text
     assert 'status="429"' not in metrics
     assert 'status="500"' not in metrics
     for path in ("/v1/responses", "/v1/messages"):  # each API took its share
         assert f'kaname_requests_total{{endpoint="{path}",status="200"}}' in metrics, path
+    # the batch carried several sequences a step
+    assert 'kaname_batch_sequences_bucket{le="4.0"}' in metrics
+    steps = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+             if line.startswith("kaname_batch_sequences_")}
+    assert steps['kaname_batch_sequences_bucket{le="1.0"}'] < \
+        steps["kaname_batch_sequences_count"], steps
 
 
 # ---- a full queue, a client gone ----------------------------------------------------------------
