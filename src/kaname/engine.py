@@ -93,6 +93,7 @@ class Engine:
         lazy: bool = True,
         drafting: Drafting = "verify",
         on_tokens: Callable[[list[int]], None] | None = None,
+        draft_room: Callable[[], int] | None = None,
     ) -> Steps:
         """`generate` as the model calls it makes (`decoding.Steps`), for a caller that makes
         them on `model` itself: a batch's scheduler (`rollback` forgets the sequence's last
@@ -105,7 +106,8 @@ class Engine:
         check_context(len(tokens), max_tokens, self.runtime.n_ctx)
         return _checked_steps(decoding(model, rollback, tokens, compiled.new_matcher(), params,
                                        max_tokens=max_tokens, stop=stop, lazy=lazy,
-                                       on_tokens=on_tokens, drafting=drafting),
+                                       on_tokens=on_tokens, drafting=drafting,
+                                       draft_room=draft_room),
                               compiled, response_format)
 
 

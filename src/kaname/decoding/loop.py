@@ -100,13 +100,16 @@ def decoding(
     lazy: bool = True,
     on_tokens: Callable[[list[int]], None] | None = None,
     drafting: Drafting = "verify",
+    draft_room: Callable[[], int] | None = None,
 ) -> Steps:
     """`decode` as the model calls it would make, for whoever makes them (`rollback` forgets
-    the sequence's last n tokens); nothing runs before the first `next`."""
+    the sequence's last n tokens); nothing runs before the first `next`. `draft_room()`: the
+    most draft tokens the next call may carry (a batch's scheduler keeps its steps from
+    growing with drafts; the answer is the same with any room, since drafts are verified)."""
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
     return _Run(model, rollback, prompt, matcher, params, max_tokens, stop, lazy, on_tokens,
-                drafting).steps()
+                drafting, draft_room).steps()
 
 
 def run_steps(runtime: Runtime, steps: Steps) -> Generation:
@@ -128,7 +131,8 @@ class _Run:
     def __init__(self, model: Model, rollback: Callable[[int], None], prompt: Sequence[int],
                  matcher: Matcher | None, params: SamplingParams, max_tokens: int,
                  stop: Sequence[str], lazy: bool,
-                 on_tokens: Callable[[list[int]], None] | None, drafting: Drafting):
+                 on_tokens: Callable[[list[int]], None] | None, drafting: Drafting,
+                 draft_room: Callable[[], int] | None = None):
         self.model, self.rollback, self.prompt, self.matcher = model, rollback, prompt, matcher
         self.max_tokens, self.stop, self.on_tokens = max_tokens, stop, on_tokens
         self.drafting = drafting if matcher is not None else "off"
@@ -137,6 +141,7 @@ class _Run:
         self.picker = TokenPicker(params, MaskBuffer(model.n_vocab, self.tok.vocab_size),
                                   self.eos, lazy=lazy)
         self.drafter = Drafter(self.tok, prompt) if self.drafting == "verify" else None
+        self.draft_room = draft_room
         self.out: list[int] = []
         self.text = b""  # of `out`, kept only where stop strings are watched
         self.forced = self.drafted = self.accepted = 0
@@ -198,7 +203,10 @@ class _Run:
                 draft_forced = 0
                 if self.drafter is not None and m is not None:
                     t2 = time.perf_counter_ns()
-                    proposed = self.drafter.propose(m, self.max_tokens - len(self.out))
+                    room = self.max_tokens - len(self.out)
+                    if self.draft_room is not None:
+                        room = min(room, self.draft_room())
+                    proposed = self.drafter.propose(m, room)
                     draft, draft_forced = proposed.tokens, proposed.forced
                     self.costs[-1] += time.perf_counter_ns() - t2
                 if not draft:

@@ -211,8 +211,9 @@ class LlamaCppRuntime:
                  n_threads: int | None = None, n_seq: int = 1):
         """`n_ctx`: tokens of context of each sequence; 0 is the model's trained context where
         memory allows it for `n_seq` sequences (`context_size`), as llama.cpp's server reads
-        `-c 0`. `n_seq`: sequences `batched` can run at once, each with a KV stream of its
-        own (so a sequence attends to its own cells alone, as it would run alone)."""
+        `-c 0`. `n_seq`: sequences `batched` can run at once, in one KV cache of `n_seq`
+        times `n_ctx` cells where a cell holding a prompt prefix serves every sequence that
+        shares it (a new sequence starts from the longest prefix any sequence holds)."""
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
         if n_seq < 1:
@@ -225,7 +226,7 @@ class LlamaCppRuntime:
         per_seq = -(-per_seq // _CONTEXT_STEP) * _CONTEXT_STEP
         params.n_ctx = per_seq * n_seq
         params.n_seq_max = n_seq
-        params.kv_unified = False
+        params.kv_unified = True  # one pool of cells: a prefix is shared, not copied
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         # All cores by default; on a shared machine llama.cpp's spinning threads collapse
@@ -305,8 +306,15 @@ class LlamaCppRuntime:
         return LlamaCppBatch(self, max_sequences)
 
     def _keep_prefix(self, seq: int, prompt: Sequence[int]) -> Sequence[int]:
-        """Keep the longest prefix of `prompt[:-1]` the sequence's KV stream holds, drop the
-        rest of the stream; the prompt tokens (but the last) still to evaluate."""
+        """Start `seq` on `prompt` from the longest prefix of `prompt[:-1]` any sequence
+        holds (its own, or another's cells shared: no copy, no evaluation), dropping the rest
+        of its cache; the prompt tokens (but the last) still to evaluate."""
+        source = max(range(self.n_seq), key=lambda s: (self._common(s, prompt), s == seq))
+        shared = self._common(source, prompt)
+        if source != seq and shared > self._common(seq, prompt):
+            lc.llama_memory_seq_rm(self._mem, seq, -1, -1)
+            lc.llama_memory_seq_cp(self._mem, source, seq, 0, shared)
+            self._cached[seq] = self._cached[source][:shared]
         cached = self._cached[seq]
         common = self._common(seq, prompt)
         if not lc.llama_memory_seq_rm(self._mem, seq, common, -1):

@@ -51,9 +51,12 @@ class _Seq:
 class Scheduler:
     """Runs generations on a `BatchRuntime`, all running ones advanced in one call a step."""
 
-    def __init__(self, batch: BatchRuntime, on_step: Callable[[int], None] | None = None):
-        """`on_step(n)` hears of each model step and the sequences it carried."""
+    def __init__(self, batch: BatchRuntime, on_step: Callable[[int], None] | None = None, *,
+                 step_rows: int = 8):
+        """`on_step(n)` hears of each model step and the sequences it carried. `step_rows`:
+        the logits rows a step is kept to where drafts would add more (`draft_room`)."""
         self.batch = batch
+        self.step_rows = step_rows
         self._on_step = on_step
         self._cond = threading.Condition()
         self._waiting: deque[_Seq] = deque()
@@ -79,6 +82,14 @@ class Scheduler:
             self._waiting.append(seq)
             self._cond.notify()
         return seq.future
+
+    def draft_room(self) -> int:
+        """Draft tokens a sequence's next call may carry: each running sequence's share of
+        the rows left in a step after one row each. A logits row costs about the same as
+        a sequence (Gemma 3 270M: 262k-row output layer), so on a full batch drafts would
+        only lengthen every sequence's step; alone, a sequence drafts freely."""
+        n = max(len(self._running), 1)
+        return max(self.step_rows - n, 0) // n
 
     def close(self) -> None:
         """Stop after the current step: what still waits or runs ends with `Cancelled`."""
