@@ -219,6 +219,12 @@ def test_sustained_streaming_load(busy_server):
              if line.startswith("kaname_batch_sequences_")}
     assert steps['kaname_batch_sequences_bucket{le="1.0"}'] < \
         steps["kaname_batch_sequences_count"], steps
+    parts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+             if line.startswith("kaname_batch_seconds_total")}
+    model = parts['kaname_batch_seconds_total{part="model"}']
+    loops = parts['kaname_batch_seconds_total{part="loops"}']
+    print(f"batch: {model:.1f} s in model steps, {loops:.1f} s in the sequences' loops")
+    assert model > 0 and loops > 0
 
 
 # ---- a full queue, a client gone ----------------------------------------------------------------

@@ -54,6 +54,8 @@ class LocalBackend:
         self.tokenizer: llg.LLTokenizer = engine.runtime.tokenizer
         self.compiler: GrammarCompiler = engine.compiler
         self.scheduler = Scheduler(batch, metrics.batch_sequences.observe)
+        metrics.watch_batch(lambda: (self.scheduler.model_seconds,
+                                     self.scheduler.loop_seconds))
         self._admission = Admission(batch.max_sequences, max_queue, metrics)
         self._running: set[threading.Event] = set()  # cancel flags of running generations
 

@@ -33,6 +33,10 @@ class Metrics:
                                     registry=r)
         r.register(_CacheCollector(cache_stats, cache_bytes))
 
+    def watch_batch(self, seconds: Callable[[], tuple[float, float]]) -> None:
+        """`seconds()`: the local batch's (model, loops) seconds so far, read at scrape."""
+        self.registry.register(_BatchCollector(seconds))
+
     def observe_constraint_ns(self, values: list[int]) -> None:
         for v in values:
             self.mask_seconds.observe(v / 1e9)
@@ -59,3 +63,19 @@ class _CacheCollector:
         yield GaugeMetricFamily("kaname_compile_cache_bytes",
                                 "Compiled grammars kept, in estimated bytes (at most "
                                 "--compile-cache-mb)", value=self._size())
+
+
+class _BatchCollector:
+    """Where the local batch's time goes: the model's steps, and the sequences' own loops
+    between them (grammar, sampling, drafts, streaming), which hold every step up."""
+
+    def __init__(self, seconds: Callable[[], tuple[float, float]]):
+        self._seconds = seconds
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        model, loops = self._seconds()
+        c = CounterMetricFamily("kaname_batch_seconds", "Seconds of the local batch by part",
+                                labels=["part"])
+        c.add_metric(["model"], model)
+        c.add_metric(["loops"], loops)
+        yield c

@@ -16,6 +16,7 @@ through the kernels a bigger call takes (`LlamaCppBatch`).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -65,6 +66,10 @@ class Scheduler:
         self._closed = False
         self.steps_run = 0  # model steps made (for tests and metrics)
         self.max_running = 0  # the most sequences one step has carried
+        # seconds in the model's steps, and in the sequences' own loops between them
+        # (picking under the grammar, drafting, streaming): the second holds every step up
+        self.model_seconds = 0.0
+        self.loop_seconds = 0.0
         self._thread = threading.Thread(target=self._loop, name="kaname-batch", daemon=True)
         self._thread.start()
 
@@ -148,12 +153,14 @@ class Scheduler:
         if not live:
             return
         calls = [(s.slot, s.call) for s in live if s.call is not None]
+        t0 = time.perf_counter()
         try:
             rows = self.batch.step(calls)
         except BaseException as e:  # a model error ends the sequences of the step
             for seq in live:
                 self._end(seq, e)
             return
+        t1 = time.perf_counter()
         self.steps_run += 1
         self.max_running = max(self.max_running, len(live))
         if self._on_step is not None:
@@ -161,6 +168,8 @@ class Scheduler:
         for seq, r in zip(live, rows, strict=True):
             if r is not None:
                 self._send(seq, r)
+        self.model_seconds += t1 - t0
+        self.loop_seconds += time.perf_counter() - t1
 
     def _send(self, seq: _Seq, rows: NDArray[np.float32]) -> None:
         assert seq.steps is not None
