@@ -77,16 +77,18 @@ def _same(a: Generation, b: Generation) -> None:
 
 @pytest.mark.parametrize("kind", ["random", "adversarial", "scripted"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(requests=st.lists(request, min_size=1, max_size=7), size=st.integers(1, 4))
+@given(requests=st.lists(request, min_size=1, max_size=7), size=st.integers(1, 4),
+       workers=st.sampled_from([1, 3]))
 def test_batched_outputs_equal_outputs_alone(kind: str, requests: list[dict[str, Any]],
-                                             size: int) -> None:
+                                             size: int, workers: int) -> None:
+    """Batches of 1-4, the loops on one thread or three between steps."""
     runtime = _runtime(kind)
     engine = Engine(runtime)
     compiled = [engine.compile(c) for c in CONSTRAINTS]
     alone = [engine.generate(_prompt(i), compiled[r["constraint"]], **_kwargs(r))
              for i, r in enumerate(requests)]
     batch = runtime.batched(size)
-    scheduler = Scheduler(batch)
+    scheduler = Scheduler(batch, workers=workers)
     try:
         futures = [scheduler.submit(
             lambda rollback, i=i, r=r: engine.steps(_prompt(i), compiled[r["constraint"]],

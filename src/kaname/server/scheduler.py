@@ -9,17 +9,20 @@ that finishes, fails or is cancelled frees its slot at once.
 
 The constraint work per step stays cheap: the lazy check (the model's pick checked against
 the grammar first, a full mask only on a miss) runs in each loop; only the model call is
-shared. A sequence's rows do not depend on the others (each has its own KV stream), except
+shared. Between steps the loops run on `workers` threads (llguidance's mask computation and
+numpy's work on a logits row release the GIL), so one sequence's full mask does not wait for
+another's. A sequence's rows do not depend on the others (each has its own KV stream), except
 through the kernels a bigger call takes (`LlamaCppBatch`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,11 +56,18 @@ class Scheduler:
     """Runs generations on a `BatchRuntime`, all running ones advanced in one call a step."""
 
     def __init__(self, batch: BatchRuntime, on_step: Callable[[int], None] | None = None, *,
-                 step_rows: int = 8):
+                 step_rows: int = 8, workers: int | None = None):
         """`on_step(n)` hears of each model step and the sequences it carried. `step_rows`:
-        the logits rows a step is kept to where drafts would add more (`draft_room`)."""
+        the logits rows a step is kept to where drafts would add more (`draft_room`).
+        `workers`: threads the sequences' loops run on between steps; by default half the
+        cores (1 on 2 cores, where the loops are ~4% of the batch's time on the embedded model
+        and the model's own threads have both cores: docs/benchmarks.md)."""
         self.batch = batch
         self.step_rows = step_rows
+        self.workers = workers or max(1, (os.cpu_count() or 1) // 2)
+        self._pool = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="kaname-seq") \
+            if self.workers > 1 else None
+        self._model_lock = threading.Lock()  # a rollback from a loop: one at a time
         self._on_step = on_step
         self._cond = threading.Condition()
         self._waiting: deque[_Seq] = deque()
@@ -124,6 +134,8 @@ class Scheduler:
                     self._end(seq, e)
         for seq in ending:
             self._end(seq, Cancelled("the server is shutting down"))
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
     def _admit(self) -> list[_Seq]:
         """Waiting sequences into free slots, each where the most of its prompt is kept."""
@@ -138,8 +150,13 @@ class Scheduler:
 
     def _begin(self, seq: _Seq) -> None:
         slot = seq.slot
+
+        def rollback(n: int) -> None:
+            with self._model_lock:
+                self.batch.rollback(slot, n)
+
         try:
-            seq.steps = seq.make(lambda n: self.batch.rollback(slot, n))
+            seq.steps = seq.make(rollback)
             seq.call = next(seq.steps)
         except StopIteration as done:  # pragma: no cover - a loop always calls the model
             self._end(seq, done.value)
@@ -165,8 +182,15 @@ class Scheduler:
         self.max_running = max(self.max_running, len(live))
         if self._on_step is not None:
             self._on_step(len(live))
-        for seq, r in zip(live, rows, strict=True):
-            if r is not None:
+        ready = [(seq, r) for seq, r in zip(live, rows, strict=True) if r is not None]
+        if self._pool is not None and len(ready) > 1:
+            # this thread takes a share too; _send keeps every error to its own sequence
+            others = [self._pool.submit(self._send, seq, r) for seq, r in ready[1:]]
+            self._send(*ready[0])
+            for f in others:
+                f.result()
+        else:
+            for seq, r in ready:
                 self._send(seq, r)
         self.model_seconds += t1 - t0
         self.loop_seconds += time.perf_counter() - t1
