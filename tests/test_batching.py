@@ -362,3 +362,80 @@ class _Counting(_Failing):
     def step(self, calls: Sequence[tuple[int, ModelCall]]) -> list[Any]:
         self.rows.append(sum(len(c.logits_at) for _, c in calls))
         return super().step(calls)
+
+
+class _Capped(_Failing):
+    """A batch with a bounded cache: a released slot keeps `keep` tokens until forgotten."""
+
+    def __init__(self, inner: Any, capacity: int, keep: int):
+        super().__init__(inner)
+        self.fail = False
+        self.capacity = capacity
+        self.keep = keep
+        self.kept: dict[int, int] = {}
+        self.forgotten: list[int] = []
+
+    def release(self, slot: int) -> None:
+        self.inner.release(slot)
+        self.kept[slot] = self.keep
+
+    def held(self, slot: int) -> int:
+        return self.kept.get(slot, 0)
+
+    def forget(self, slot: int) -> None:
+        self.kept.pop(slot, None)
+        self.forgotten.append(slot)
+
+
+def test_sequences_are_admitted_while_their_prompts_and_budgets_fit_the_cache() -> None:
+    """A cache of 110 tokens and requests of ~50 (prompt and max_tokens): two run at once on
+    a batch of four; what free slots keep for reuse is dropped where a new one needs the room;
+    the answers are those of decoding alone."""
+    runtime = _runtime("random")
+    engine = Engine(runtime)
+    batch = _Capped(runtime.batched(4), capacity=110, keep=30)
+    scheduler = Scheduler(batch)
+    kw: dict[str, Any] = {"max_tokens": 45, "temperature": 1.0, "drafting": "off"}
+    try:
+        alone = [engine.generate(_prompt(i), None, seed=i, **kw) for i in range(5)]
+        need = max(len(_prompt(i)) for i in range(5)) + 45
+        assert 2 * need <= 110 < 3 * need
+        futures = [scheduler.submit(
+            lambda rollback, i=i: engine.steps(_prompt(i), None, batch, rollback, seed=i,
+                                               **kw),
+            _prompt(i), budget=45) for i in range(5)]
+        for a, f in zip(alone, futures, strict=True):
+            _same(a, f.result(timeout=60))
+    finally:
+        scheduler.close()
+    assert scheduler.max_running == 2
+    assert batch.forgotten  # two running and a kept slot's 30 tokens do not fit beside
+
+
+@pytest.fixture(scope="module")
+def gemma_small_pool() -> tuple[Engine, Any]:
+    from kaname.runtimes.llamacpp import LlamaCppRuntime
+
+    runtime = LlamaCppRuntime.default(n_ctx=256, n_seq=4)  # one 256-cell pool for four
+    return Engine(runtime), runtime.batched(4)
+
+
+def test_on_the_embedded_model_a_small_pool_serves_four_without_running_out(
+        gemma_small_pool) -> None:
+    """Four requests of ~80 tokens on a 256-cell pool: at most three at once, every one ends
+    (no `llama_decode` without a free cell), twice over (the second round reuses or drops
+    what the first kept)."""
+    engine, batch = gemma_small_pool
+    assert batch.capacity == 256
+    scheduler = Scheduler(batch)
+    try:
+        for _ in range(2):
+            futures = [scheduler.submit(
+                _gemma_steps(engine, batch, PROMPTS[i % 2], temperature=0.8, seed=i),
+                engine.runtime.tokenize(PROMPTS[i % 2]), budget=40) for i in range(4)]
+            for f in futures:
+                r = f.result(timeout=300)
+                assert (r.finish_reason, r.valid) in (("stop", True), ("length", False))
+    finally:
+        scheduler.close()
+    assert scheduler.max_running == 3

@@ -97,6 +97,11 @@ class BatchRuntime(Protocol):
     @property
     def max_sequences(self) -> int: ...
 
+    @property
+    def capacity(self) -> int | None:
+        """Tokens the sequences' caches hold in all (KV cells); None: no bound."""
+        ...
+
     def tokenize(self, text: str) -> list[int]: ...
 
     def step(self, calls: Sequence[tuple[int, ModelCall]]
@@ -118,4 +123,12 @@ class BatchRuntime(Protocol):
     def reuse(self, slot: int, prompt: Sequence[int]) -> int:
         """How many tokens of `prompt` the free `slot` holds already (0 where nothing is
         kept): the scheduler gives a new sequence the slot that saves the most."""
+        ...
+
+    def held(self, slot: int) -> int:
+        """Tokens the free `slot` still holds in its cache (counted against `capacity`)."""
+        ...
+
+    def forget(self, slot: int) -> None:
+        """Drop what the free `slot` holds, to make room."""
         ...

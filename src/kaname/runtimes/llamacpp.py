@@ -208,12 +208,13 @@ class LlamaCppRuntime:
     """A GGUF model on the CPU (or whatever llama.cpp was built for)."""
 
     def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_batch: int = 512,
-                 n_threads: int | None = None, n_seq: int = 1):
-        """`n_ctx`: tokens of context of each sequence; 0 is the model's trained context where
-        memory allows it for `n_seq` sequences (`context_size`), as llama.cpp's server reads
-        `-c 0`. `n_seq`: sequences `batched` can run at once, in one KV cache of `n_seq`
-        times `n_ctx` cells where a cell holding a prompt prefix serves every sequence that
-        shares it (a new sequence starts from the longest prefix any sequence holds)."""
+                 n_threads: int | None = None, n_seq: int = 1, kv_cells: int | None = None):
+        """`n_ctx`: tokens of context of a sequence; 0 is the model's trained context where
+        memory allows it (`context_size`), as llama.cpp's server reads `-c 0`. `n_seq`:
+        sequences `batched` can run at once, in one pool of `kv_cells` KV cells (default
+        `n_ctx`: the memory of one sequence's context, whatever `n_seq`) where a cell holding a
+        prompt prefix serves every sequence that shares it; the batch's scheduler admits
+        sequences while their prompts and budgets fit the pool (`LlamaCppBatch.capacity`)."""
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
         if n_seq < 1:
@@ -221,10 +222,10 @@ class LlamaCppRuntime:
         self._v = load_vocab(path, vocab_only=False)
         params = lc.llama_context_default_params()
         per_seq = n_ctx or context_size(
-            lc.llama_model_n_ctx_train(self._v.model), kv_bytes_per_token(self._v.model) * n_seq,
+            lc.llama_model_n_ctx_train(self._v.model), kv_bytes_per_token(self._v.model),
             available_memory())
-        per_seq = -(-per_seq // _CONTEXT_STEP) * _CONTEXT_STEP
-        params.n_ctx = per_seq * n_seq
+        cells = max(kv_cells or per_seq, per_seq)  # one sequence's whole context fits
+        params.n_ctx = -(-cells // _CONTEXT_STEP) * _CONTEXT_STEP
         params.n_seq_max = n_seq
         params.kv_unified = True  # one pool of cells: a prefix is shared, not copied
         params.n_batch = n_batch
@@ -240,7 +241,8 @@ class LlamaCppRuntime:
         self._mem = lc.llama_get_memory(self._ctx)
         # what llama.cpp made of the request (it may round it), not what was asked
         self.n_seq = n_seq
-        self.n_ctx: int = lc.llama_n_ctx(self._ctx) // n_seq
+        self.kv_cells: int = lc.llama_n_ctx(self._ctx)
+        self.n_ctx: int = min(per_seq, self.kv_cells)
         self._n_batch = n_batch
         self._batch = lc.llama_batch_init(n_batch, 0, 1)
         self._n_vocab = lc.llama_vocab_n_tokens(self._v.vocab)
@@ -379,7 +381,8 @@ class LlamaCppRuntime:
 
 
 class LlamaCppBatch:
-    """`BatchRuntime` over a runtime's `n_seq` sequences (slot i is `seq_id` i).
+    """`BatchRuntime` over a runtime's `n_seq` sequences (slot i is `seq_id` i), in its pool
+    of `capacity` KV cells.
 
     A step is at most two `llama_decode` calls: the prompts coming in (a chunk of at most
     `prefill_chunk` tokens a step, without logits, so a long prompt does not stall the
@@ -398,6 +401,7 @@ class LlamaCppBatch:
         self.prefill_chunk = prefill_chunk
         self.exact_batch = runtime.exact_batch
         self.n_ctx: int | None = runtime.n_ctx
+        self.capacity: int | None = runtime.kv_cells
         self._prefilling: set[int] = set()  # slots whose fresh prompt is partly in
 
     @property
@@ -468,3 +472,10 @@ class LlamaCppBatch:
 
     def reuse(self, slot: int, prompt: Sequence[int]) -> int:
         return self.runtime._common(slot, prompt)
+
+    def held(self, slot: int) -> int:
+        return len(self.runtime._cached[slot])
+
+    def forget(self, slot: int) -> None:
+        lc.llama_memory_seq_rm(self.runtime._mem, slot, -1, -1)
+        self.runtime._cached[slot].clear()

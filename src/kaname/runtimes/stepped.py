@@ -79,6 +79,7 @@ class StepBatch:
         self.runtime: Any = runtime  # a Runtime that is Stepped
         self.max_sequences = max_sequences
         self.exact_batch = runtime.exact_batch
+        self.capacity: int | None = None  # no KV cells: any number of tokens
         self._states: dict[int, tuple[Any, list[Any], Any]] = {}
 
     @property
@@ -123,6 +124,12 @@ class StepBatch:
 
     def reuse(self, slot: int, prompt: Sequence[int]) -> int:
         return 0  # nothing to keep: a test runtime's start costs nothing
+
+    def held(self, slot: int) -> int:
+        return 0
+
+    def forget(self, slot: int) -> None:
+        pass
 
     def _switch_in(self, slot: int) -> None:
         r = self.runtime

@@ -106,7 +106,7 @@ class LocalBackend:
             self._running.discard(cancel)
             slot.release()
 
-        cfut = self.scheduler.submit(make, tokens, stopped)
+        cfut = self.scheduler.submit(make, tokens, stopped, budget=params.max_tokens)
         cfut.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
         try:
             wrapped = asyncio.wrap_future(cfut)

@@ -46,6 +46,7 @@ class _Seq:
     make: MakeSteps
     prompt: list[int]
     stopped: Callable[[], bool]
+    need: int = 0  # cells it may take: its prompt and its budget
     future: Future[Generation] = field(default_factory=Future)
     slot: int = -1
     steps: Steps | None = None
@@ -84,12 +85,14 @@ class Scheduler:
         self._thread.start()
 
     def submit(self, make: MakeSteps, prompt: list[int],
-               stopped: Callable[[], bool] = lambda: False) -> Future[Generation]:
+               stopped: Callable[[], bool] = lambda: False, *, budget: int = 0
+               ) -> Future[Generation]:
         """Queue a generation; it joins the batch at the next step boundary with a free
-        slot. `stopped()` is asked every step: True ends it with `Cancelled` (a long prompt's
-        prefill included, which calls no token callback). The future holds the Generation,
-        or the exception its loop raised."""
-        seq = _Seq(make, prompt, stopped)
+        slot, and, where the batch's cache is bounded, room for its prompt and `budget`
+        (its max_tokens). `stopped()` is asked every step: True ends it with `Cancelled` (a
+        long prompt's prefill included, which calls no token callback). The future holds the
+        Generation, or the exception its loop raised."""
+        seq = _Seq(make, prompt, stopped, len(prompt) + budget)
         with self._cond:
             if self._closed:
                 seq.future.set_exception(Cancelled("the server is shutting down"))
@@ -138,15 +141,41 @@ class Scheduler:
             self._pool.shutdown(wait=False)
 
     def _admit(self) -> list[_Seq]:
-        """Waiting sequences into free slots, each where the most of its prompt is kept."""
+        """Waiting sequences into free slots, in order, each where the most of its prompt is
+        kept, while the cache has room (`_make_room`)."""
         admitted = []
         while self._waiting and self._free:
-            seq = self._waiting.popleft()
-            seq.slot = max(self._free, key=lambda s: self.batch.reuse(s, seq.prompt))
-            self._free.remove(seq.slot)
+            seq = self._waiting[0]
+            slot = max(self._free, key=lambda s: self.batch.reuse(s, seq.prompt))
+            if not self._make_room(seq, slot):
+                break  # it waits for running sequences to end (and so does the queue)
+            self._waiting.popleft()
+            seq.slot = slot
+            self._free.remove(slot)
             self._running.append(seq)
             admitted.append(seq)
         return admitted
+
+    def _make_room(self, seq: _Seq, slot: int) -> bool:
+        """Whether `seq` fits the cache beside the running sequences' prompts and budgets,
+        dropping what free slots keep for reuse where that makes it fit (those that share
+        least with its prompt first). Counted without sharing, so never more than the cache
+        holds: a running sequence grows to its budget at most."""
+        capacity = self.batch.capacity
+        if capacity is None:
+            return True
+        running = sum(s.need for s in self._running)
+        if running + seq.need > capacity:
+            # alone it cannot fit either: let it in, to fail on its own context check
+            return not self._running
+        kept = sorted((s for s in self._free if s != slot and self.batch.held(s)),
+                      key=lambda s: self.batch.reuse(s, seq.prompt))
+        held = sum(self.batch.held(s) for s in kept)
+        while kept and running + seq.need + held > capacity:
+            s = kept.pop(0)
+            held -= self.batch.held(s)
+            self.batch.forget(s)
+        return True
 
     def _begin(self, seq: _Seq) -> None:
         slot = seq.slot
