@@ -26,6 +26,7 @@ from ..edges.common import error_pointer
 from ..edges.completions import Completion, CompletionRequest
 from ..errors import ConstraintError, KanameError
 from .backend import Backend
+from .bodies import read_body
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching, usage
 from .config import ServerConfig
 from .errors import APIError, api_error, shape_of
@@ -118,8 +119,10 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     add_messages_routes(app, turns)
 
     @app.post("/v1/chat/completions", **route_doc(ChatCompletion, "turn", stream="chat",
-                                                         examples="chat"))
-    async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
+                                                  request=ChatCompletionRequest,
+                                                  examples="chat"))
+    async def chat_completions(request: Request) -> Response:
+        req = await read_body(request, ChatCompletionRequest, turns)
         turn = await turns.prepare(chat_edge.to_turn(req), deadline=turns.deadline(request))
         reply = ChatReply(turn.response_id, backend.model_id, turn.created)
         if req.stream:
@@ -128,9 +131,10 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             return EventStream(_stream_chat(turns, turn, reply, include_usage), slot)
         return JSONResponse(reply.body(await turns.complete(request, turn)))
 
-    @app.post("/v1/completions", **route_doc(Completion, "completion",
-                                                    stream="completion", examples="completion"))
-    async def completions(req: CompletionRequest, request: Request) -> Response:
+    @app.post("/v1/completions", **route_doc(Completion, "completion", stream="completion",
+                                             request=CompletionRequest, examples="completion"))
+    async def completions(request: Request) -> Response:
+        req = await read_body(request, CompletionRequest, turns)
         turns.check_model(req.model)
         req.refuse()
         deadline = turns.deadline(request)

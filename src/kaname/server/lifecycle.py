@@ -102,15 +102,15 @@ class Deadline:
         return max(0.0, self.at - asyncio.get_running_loop().time())
 
     async def preparing(self, work: Awaitable[T]) -> T:
-        """`work` (preparing the request off the event loop: its prompt, its grammar), within
+        """`work` (preparing the request off the event loop: its body, prompt, grammar), within
         the deadline; nothing new is prepared once the server drains. Cancelled when it loses,
         the work stops (workers.py)."""
         life = self.lifecycle
         return await self._until(work, life.draining, lambda: APIError(
             503, "server shutting down: new requests are not started; retry",
             code="shutting_down"), lambda: APIError(
-            504, f"the request could not be prepared (its prompt rendered, its grammar "
-                 f"compiled) within the request timeout of {life.request_timeout:g} s",
+            504, f"the request could not be prepared (its body parsed, its prompt rendered, "
+                 f"its grammar compiled) within the request timeout of {life.request_timeout:g} s",
             code="timeout"))
 
     async def queued(self, admission: Awaitable[T]) -> T:

@@ -20,6 +20,7 @@ from ..edges.messages import (
     MessagesRequest,
     TokenCount,
 )
+from .bodies import read_body
 from .openapi import route_doc
 from .sse import EventStream
 from .turn import Turn, Turns
@@ -29,8 +30,10 @@ def add_messages_routes(app: FastAPI, turns: Turns) -> None:
     """Register /v1/messages and /v1/messages/count_tokens on `app`."""
 
     @app.post("/v1/messages", **route_doc(Message, "turn", shape="anthropic",
-                                                stream="messages", examples="messages"))
-    async def messages(req: MessagesRequest, request: Request) -> Response:
+                                          request=MessagesRequest, stream="messages",
+                                          examples="messages"))
+    async def messages(request: Request) -> Response:
+        req = await read_body(request, MessagesRequest, turns)
         # tool_use ids as Anthropic writes them; they come back as tool_result.tool_use_id
         turn = await turns.prepare(edge.to_turn(req), deadline=turns.deadline(request),
                                    call_ids="toolu_")
@@ -42,10 +45,11 @@ def add_messages_routes(app: FastAPI, turns: Turns) -> None:
 
     @app.post("/v1/messages/count_tokens",
               **route_doc(TokenCount, "count_tokens", shape="anthropic",
-                          examples="count_tokens"))
-    async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, int]:
+                          request=CountTokensRequest, examples="count_tokens"))
+    async def count_tokens(request: Request) -> dict[str, int]:
         """The prompt's tokens as the model sees them (rendered, tools included); nothing is
         generated."""
+        req = await read_body(request, CountTokensRequest, turns)
         turn = await turns.prepare(edge.to_turn(req), deadline=turns.deadline(request))
         return {"input_tokens": turn.prompt_tokens}
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any, Literal, get_args
 
 from fastapi import FastAPI
+from fastapi.encoders import jsonable_encoder
+from fastapi.openapi.models import Schema
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
@@ -156,6 +158,11 @@ STREAMS: dict[str, tuple[dict[str, Any], str]] = {
 EVENT_MODELS: tuple[type[BaseModel], ...] = (
     chat.ChatCompletionChunk, completions.CompletionChunk, OpenAIError, AnthropicError,
     *get_args(responses.StreamEvent), *get_args(messages.StreamEvent))
+# The request bodies: the routes read them themselves (bodies.py), so FastAPI does not see
+# them; `route_doc(request=...)` refers to them, and `install` adds them (as validated)
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    chat.ChatCompletionRequest, completions.CompletionRequest, responses.ResponsesRequest,
+    messages.MessagesRequest, messages.CountTokensRequest)
 
 
 # ---- request examples (schemathesis sends them first; they reach every stream) -------------
@@ -233,12 +240,13 @@ LINKS: dict[str, dict[str, Any]] = {
 
 
 def route_doc(body: Any | None, statuses: str, *, shape: Shape = "openai",
-              stream: str | None = None, examples: str | None = None,
-              links: str | None = None, operation_id: str | None = None,
-              summary: str | None = None) -> dict[str, Any]:
-    """Keyword arguments for a route decorator: its 200 (`body`, JSON, and with `stream` its
-    event stream; `LINKS` to where it leads), every error status it can answer, in `shape`,
-    and its request's `EXAMPLES`."""
+              request: type[BaseModel] | None = None, stream: str | None = None,
+              examples: str | None = None, links: str | None = None,
+              operation_id: str | None = None, summary: str | None = None) -> dict[str, Any]:
+    """Keyword arguments for a route decorator: its request body (`request`, one of
+    `REQUEST_MODELS`, JSON, with its `EXAMPLES`), its 200 (`body`, JSON, and with `stream`
+    its event stream; `LINKS` to where it leads), every error status it can answer, in
+    `shape`."""
     ok: dict[str, Any] = {"description": "Success"}
     if body is not None:
         ok["model"] = body
@@ -256,10 +264,15 @@ def route_doc(body: Any | None, statuses: str, *, shape: Shape = "openai",
         if status in (429, 503):
             answers[status]["headers"] = _RETRY_AFTER
     doc: dict[str, Any] = {"responses": answers, "response_model": None}
-    if examples is not None:
-        doc["openapi_extra"] = {"requestBody": {"content": {"application/json": {
-            "examples": {name: {"value": value}
-                         for name, value in EXAMPLES[examples].items()}}}}}
+    if request is not None:
+        if request not in REQUEST_MODELS:  # else its schema would be missing from components
+            raise ValueError(f"{request.__name__} is not in REQUEST_MODELS")
+        json_body: dict[str, Any] = {"schema": _ref(request)}
+        if examples is not None:
+            json_body["examples"] = {name: {"value": value}
+                                     for name, value in EXAMPLES[examples].items()}
+        doc["openapi_extra"] = {"requestBody": {"content": {"application/json": json_body},
+                                                "required": True}}
     if summary is not None:
         doc["summary"] = summary
     if operation_id is not None:
@@ -268,9 +281,9 @@ def route_doc(body: Any | None, statuses: str, *, shape: Shape = "openai",
 
 
 def install(app: FastAPI) -> None:
-    """Make `app.openapi()` the server's document: the routes' own, the streams' event models
-    added, and no FastAPI 422 where the route cannot answer one (validation errors are 400s
-    here, in the API's shape)."""
+    """Make `app.openapi()` the server's document: the routes' own, the request bodies' and
+    the streams' event models added, and no FastAPI 422 where the route cannot answer one
+    (validation errors are 400s here, in the API's shape)."""
 
     def document() -> dict[str, Any]:
         if app.openapi_schema is not None:
@@ -284,6 +297,13 @@ def install(app: FastAPI) -> None:
                 del operation["responses"]["422"]
         for name in ("HTTPValidationError", "ValidationError"):
             schemas.pop(name, None)
+        _, defs = models_json_schema([(m, "validation") for m in REQUEST_MODELS],
+                                     ref_template="#/components/schemas/{model}")
+        for name, schema in defs.get("$defs", {}).items():
+            # as get_openapi writes what it generates itself (through its Schema model: no
+            # null defaults, float bounds), the document FastAPI wrote for body parameters
+            schemas.setdefault(name, jsonable_encoder(Schema(**schema), by_alias=True,
+                                                      exclude_none=True))
         _, defs = models_json_schema([(m, "serialization") for m in EVENT_MODELS],
                                      ref_template="#/components/schemas/{model}")
         for name, schema in defs.get("$defs", {}).items():

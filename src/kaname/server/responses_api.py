@@ -32,6 +32,7 @@ from ..edges.responses import (
     input_items,
 )
 from ..errors import RequestError
+from .bodies import read_body
 from .errors import APIError, api_error
 from .openapi import route_doc
 from .sse import EventStream
@@ -113,9 +114,10 @@ def add_responses_routes(app: FastAPI, turns: Turns) -> None:
     store = ResponseStore()
 
     @app.post("/v1/responses", **route_doc(ResponseObject, "turn", stream="responses",
-                                                   examples="responses",
-                                                   links="created_response"))
-    async def create_response(req: ResponsesRequest, request: Request) -> Response:
+                                           request=ResponsesRequest, examples="responses",
+                                           links="created_response"))
+    async def create_response(request: Request) -> Response:
+        req = await read_body(request, ResponsesRequest, turns)
         parent = None
         if req.previous_response_id is not None:
             parent = store.get(req.previous_response_id)
