@@ -10,12 +10,22 @@ same errors, `RequestValidationError`s located under "body" that the app's handl
 the API's shape (`json_invalid`, `missing`, the model's own, the lone-surrogate check
 included), or the 400 "There was an error parsing the body" (the 413 of limits.py where the
 body was too large).
+
+A worker shares the GIL with the event loop, which gets it back only between Python steps.
+Two things would hold it long on a large body: `json.loads`, one C call (~90 ms for that body),
+so a worker's parse calls back into Python for every object (`_object`: ~15% slower, the loop
+waits ~20 ms at most); and Python's cyclic garbage collector, which the hundreds of thousands
+of new objects trigger again and again, each time walking the whole heap (~75% of the
+validation's time, in pauses of ~0.1 s), paused while a large body is built: JSON values and
+request models hold no cycles to collect.
 """
 
 from __future__ import annotations
 
 import email.message
+import gc
 import json
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import HTTPException, Request
@@ -25,11 +35,13 @@ from pydantic import BaseModel, ValidationError
 from .turn import Turns
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 # Bodies below this are parsed on the event loop. Measured: the hop to a worker and back costs
 # ~0.1 ms, as much as parsing 32 KiB of one long text; 32 KiB of many small values costs
 # ~0.8 ms (text parts) to ~1.5 ms (one-part messages, the costliest shape). Below it the loop
-# is held ~1 ms at most, and the hop would cost a text body more than its parse.
+# is held ~1 ms at most, and the hop would cost a text body more than its parse
+# (docs/benchmarks.md, "Parsing request bodies off the event loop").
 INLINE_BELOW = 32 * 1024
 
 _UNREADABLE = "There was an error parsing the body"  # FastAPI's words
@@ -44,20 +56,22 @@ async def read_body(request: Request, model: type[M], turns: Turns) -> M:
     content_type = request.headers.get("content-type")
     if len(raw) < INLINE_BELOW:
         return parse(model, raw, content_type)
-    return await turns.off_loop(turns.deadline(request),
-                                lambda: parse(model, raw, content_type))
+    return await turns.off_loop(turns.deadline(request), lambda: _uncollected(
+        lambda: parse(model, raw, content_type, loads=_loads_yielding)))
 
 
-def parse(model: type[M], raw: bytes, content_type: str | None) -> M:
+def parse(model: type[M], raw: bytes, content_type: str | None,
+          loads: Callable[[bytes], Any] = json.loads) -> M:
     """`raw` as a `model`, as FastAPI reads a body parameter (fastapi/routing.py's request
-    handler, its `strict_content_type` on): errors located under "body"."""
+    handler, its `strict_content_type` on): errors located under "body". `loads`: JSON's
+    parser, `json.loads` or one that gives the GIL back as it goes."""
     if not raw:
         raise RequestValidationError(
             [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     body: Any = raw  # not JSON by its content type: validated as bytes, and refused
     if _is_json(content_type):
         try:
-            body = json.loads(raw)
+            body = loads(raw)
         except json.JSONDecodeError as e:
             raise RequestValidationError(
                 [{"type": "json_invalid", "loc": ("body", e.pos), "msg": "JSON decode error",
@@ -70,6 +84,29 @@ def parse(model: type[M], raw: bytes, content_type: str | None) -> M:
         raise RequestValidationError(
             [{**error, "loc": ("body", *error["loc"])} for error in e.errors(include_url=False)],
             body=body) from e
+
+
+def _uncollected(work: Callable[[], T]) -> T:
+    """`work()` with the cyclic garbage collector paused (process-wide: a concurrent parse
+    that ends first turns it back on, which costs the other time, nothing else). An exception
+    at any instruction (workers.py's `Abandoned`) leaves it on."""
+    was_on = gc.isenabled()
+    try:
+        gc.disable()
+        return work()
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _loads_yielding(raw: bytes) -> Any:
+    """`json.loads(raw)`, the same values, with a Python call per object: a point where a
+    thread waiting for the GIL (the event loop's) gets it."""
+    return json.loads(raw, object_pairs_hook=_object)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    return dict(pairs)  # the last of repeated keys wins, as in json.loads' own objects
 
 
 def _is_json(content_type: str | None) -> bool:
