@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kaname import Engine, Guards
 from kaname.errors import ModelError
-from kaname.runtimes.llamacpp import LlamaCppRuntime, kv_bytes_per_token
+from kaname.runtimes.llamacpp import _MARKER, LlamaCppRuntime, default_vocab, kv_bytes_per_token
 from kaname.runtimes.models import default_model_path
 
 pytestmark = pytest.mark.model
@@ -147,3 +149,24 @@ def test_untyped_extra_keys_keep_the_digit_cap(engine):
             digits = n.lstrip("-").split(".")[0].split("e")[0].split("E")[0]
             assert len(digits) <= 15, (n, r.text[:200])
         assert r.enforced.caps["untyped_values"]["at"] == ["/additionalProperties"]
+
+
+FRAGMENTS = ["<start_of_turn>", "<end_of_turn>", "<bos>", "<unused7>", "<not a marker>", "<b>",
+             "user\n", "model\n", " hello", "\n", "\n\n", "a", "  ", "日本語", "<", ">", "x>"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(st.sampled_from(FRAGMENTS), max_size=60), piece=st.integers(1, 40),
+       add_bos=st.booleans())
+def test_a_long_text_tokenized_in_pieces_is_tokenized_as_a_whole(parts, piece, add_bos):
+    """Cut before control tokens (so that llama.cpp's special-token split stays linear in a
+    long conversation), the text gets the ids one llama_tokenize call gives."""
+    v = default_vocab()
+    text = "".join(parts)
+    v._PIECE = piece  # (an instance attribute: cut often)
+    try:
+        assert v.tokenize(text, add_bos=add_bos) == v._tokenize(text, add_bos)
+        starts = [m.start() for m in _MARKER.finditer(text) if m.group() in v.markers]
+        assert bool(v._cuts(text)) == (len(text) > piece and any(s >= piece for s in starts))
+    finally:
+        del v._PIECE
