@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kaname.decoding import Generation
+from kaname.decoding import Generation, SamplingParams
 from kaname.engine import Engine
 from kaname.runtimes.base import BatchRuntime, ModelCall
 from kaname.runtimes.random_logits import AdversarialRuntime, RandomLogitsRuntime
@@ -70,6 +70,15 @@ def _kwargs(r: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in r.items() if k != "constraint"}
 
 
+SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed")
+
+
+def _steps_kw(kw: dict[str, Any]) -> dict[str, Any]:
+    """`Engine.generate`'s keywords as `Engine.steps` takes them (sampling in one value)."""
+    return {**{k: v for k, v in kw.items() if k not in SAMPLING},
+            "sampling": SamplingParams(**{k: v for k, v in kw.items() if k in SAMPLING})}
+
+
 def _same(a: Generation, b: Generation) -> None:
     assert (b.tokens, b.text, b.finish_reason, b.usage, b.valid) == \
         (a.tokens, a.text, a.finish_reason, a.usage, a.valid)
@@ -92,7 +101,7 @@ def test_batched_outputs_equal_outputs_alone(kind: str, requests: list[dict[str,
     try:
         futures = [scheduler.submit(
             lambda rollback, i=i, r=r: engine.steps(_prompt(i), compiled[r["constraint"]],
-                                                    batch, rollback, **_kwargs(r)),
+                                                    batch, rollback, **_steps_kw(_kwargs(r))),
             _prompt(i)) for i, r in enumerate(requests)]
         batched = [f.result(timeout=60) for f in futures]
     finally:
@@ -112,7 +121,8 @@ def test_a_full_batch_carries_every_sequence_in_each_step() -> None:
     scheduler = Scheduler(batch, on_step=sizes.append)
     futures = [scheduler.submit(
         lambda rollback, i=i: engine.steps(_prompt(i), None, batch, rollback, max_tokens=30,
-                                           temperature=1.0, seed=i, drafting="off"),
+                                           sampling=SamplingParams(temperature=1.0, seed=i),
+                                           drafting="off"),
         _prompt(i)) for i in range(8)]
     results = [f.result(timeout=60) for f in futures]
     scheduler.close()
@@ -128,7 +138,7 @@ def test_a_full_batch_carries_every_sequence_in_each_step() -> None:
 def _steps(engine: Engine, batch: BatchRuntime, i: int, **kw: Any) -> Any:
     def make(rollback: Any) -> Any:
         args: dict[str, Any] = {"max_tokens": 40, "temperature": 1.0, "seed": i, **kw}
-        return engine.steps(_prompt(i), None, batch, rollback, **args)
+        return engine.steps(_prompt(i), None, batch, rollback, **_steps_kw(args))
     return make
 
 
@@ -256,7 +266,7 @@ def gemma_batch() -> tuple[Engine, Any]:
 
 def _gemma_steps(engine: Engine, batch: Any, prompt: str, **kw: Any) -> Any:
     def make(rollback: Any) -> Any:
-        return engine.steps(prompt, SHOP, batch, rollback, max_tokens=40, **kw)
+        return engine.steps(prompt, SHOP, batch, rollback, max_tokens=40, **_steps_kw(kw))
     return make
 
 
@@ -339,8 +349,9 @@ def test_drafts_share_a_steps_rows_and_never_change_an_answer() -> None:
     try:
         alone = [engine.generate(_prompt(i), compiled, seed=i, **kw) for i in range(4)]
         futures = [scheduler.submit(
-            lambda rollback, i=i: engine.steps(_prompt(i), compiled, batch, rollback, seed=i,
-                                               draft_room=scheduler.draft_room, **kw),
+            lambda rollback, i=i: engine.steps(_prompt(i), compiled, batch, rollback,
+                                               draft_room=scheduler.draft_room,
+                                               **_steps_kw({"seed": i, **kw})),
             _prompt(i)) for i in range(4)]
         for a, f in zip(alone, futures, strict=True):
             b = f.result(timeout=60)  # the same answer, drafted otherwise
@@ -401,8 +412,8 @@ def test_sequences_are_admitted_while_their_prompts_and_budgets_fit_the_cache() 
         need = max(len(_prompt(i)) for i in range(5)) + 45
         assert 2 * need <= 110 < 3 * need
         futures = [scheduler.submit(
-            lambda rollback, i=i: engine.steps(_prompt(i), None, batch, rollback, seed=i,
-                                               **kw),
+            lambda rollback, i=i: engine.steps(_prompt(i), None, batch, rollback,
+                                               **_steps_kw({"seed": i, **kw})),
             _prompt(i), budget=45) for i in range(5)]
         for a, f in zip(alone, futures, strict=True):
             _same(a, f.result(timeout=60))

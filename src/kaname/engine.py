@@ -14,10 +14,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .decoding import Enforced, Generation, SamplingParams, Usage, decoding, run_steps
-from .decoding.loop import Drafting, Model, Steps
+from .decoding.loop import Drafting, Steps
 from .errors import ContextLengthError
 from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, to_constraint
-from .runtimes.base import Runtime
+from .runtimes.base import ModelFacts, Runtime
+
+GREEDY = SamplingParams()  # (frozen: one default for every call)
 
 
 class Engine:
@@ -68,9 +70,10 @@ class Engine:
         the model checks: the same answers, faster), "off" (one token per model call) or
         "force" (forced tokens unverified, as kaname did before: may change answers).
         `on_tokens` streams the committed token ids (see `decode`)."""
+        sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
+                                  min_p=min_p, seed=seed)
         steps = self.steps(prompt, response_format, self.runtime, self.runtime.rollback,
-                           max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                           top_k=top_k, min_p=min_p, seed=seed, stop=stop, guards=guards,
+                           sampling=sampling, max_tokens=max_tokens, stop=stop, guards=guards,
                            lazy=lazy, drafting=drafting, on_tokens=on_tokens)
         with self._lock:
             return run_steps(self.runtime, steps)
@@ -79,15 +82,11 @@ class Engine:
         self,
         prompt: str | Sequence[int],
         response_format: Any,
-        model: Model,
+        model: ModelFacts,
         rollback: Callable[[int], None],
         *,
+        sampling: SamplingParams = GREEDY,
         max_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        seed: int | None = None,
         stop: Sequence[str] = (),
         guards: Guards | None = None,
         lazy: bool = True,
@@ -97,14 +96,13 @@ class Engine:
     ) -> Steps:
         """`generate` as the model calls it makes (`decoding.Steps`), for a caller that makes
         them on `model` itself: a batch's scheduler (`rollback` forgets the sequence's last
-        tokens). Compiling, tokenizing and the context check happen here, before any call."""
+        tokens). `sampling` as `generate` takes it, in one value. Compiling, tokenizing and the
+        context check happen here, before any call."""
         compiled = response_format if isinstance(response_format, CompiledConstraint) \
             else self.compile(response_format, guards=guards)
-        params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
-                                min_p=min_p, seed=seed)
         tokens = self.runtime.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
         check_context(len(tokens), max_tokens, self.runtime.n_ctx)
-        return _checked_steps(decoding(model, rollback, tokens, compiled.new_matcher(), params,
+        return _checked_steps(decoding(model, rollback, tokens, compiled.new_matcher(), sampling,
                                        max_tokens=max_tokens, stop=stop, lazy=lazy,
                                        on_tokens=on_tokens, drafting=drafting,
                                        draft_room=draft_room),

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
-import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
 
 from ..grammar.matcher import Matcher
-from ..runtimes.base import ModelCall, Runtime
+from ..runtimes.base import ModelCall, ModelFacts, Runtime
 from .drafts import Drafter
 from .generation import FinishReason, Generation, Usage
 from .masks import MaskBuffer
@@ -42,22 +41,6 @@ Drafting = Literal["verify", "force", "off"]
 
 # A generation as the model calls it makes: send each call's rows back; returns the result.
 Steps = Generator[ModelCall, NDArray[np.float32], Generation]
-
-
-class Model(Protocol):
-    """What the loop reads of a model besides its calls (a Runtime, or a batch's facts)."""
-
-    @property
-    def tokenizer(self) -> llg.LLTokenizer: ...
-
-    @property
-    def n_vocab(self) -> int: ...
-
-    @property
-    def eos_token_ids(self) -> Sequence[int]: ...
-
-    @property
-    def exact_batch(self) -> int | None: ...
 
 
 class _StopString(Exception):
@@ -89,7 +72,7 @@ def decode(
 
 
 def decoding(
-    model: Model,
+    model: ModelFacts,
     rollback: Callable[[int], None],
     prompt: Sequence[int],
     matcher: Matcher | None,
@@ -128,7 +111,7 @@ def run_steps(runtime: Runtime, steps: Steps) -> Generation:
 
 
 class _Run:
-    def __init__(self, model: Model, rollback: Callable[[int], None], prompt: Sequence[int],
+    def __init__(self, model: ModelFacts, rollback: Callable[[int], None], prompt: Sequence[int],
                  matcher: Matcher | None, params: SamplingParams, max_tokens: int,
                  stop: Sequence[str], lazy: bool,
                  on_tokens: Callable[[list[int]], None] | None, drafting: Drafting,

@@ -11,10 +11,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 
-@runtime_checkable
-class Runtime(Protocol):
-    """A model behind a vocabulary. Logits rows are float32 of length `n_vocab` and are only
-    valid until the next call (runtimes may reuse the buffer)."""
+class ModelFacts(Protocol):
+    """What the decoding loop reads of a model besides its calls: a single runtime's, and a
+    batch's (the same model's) alike."""
 
     @property
     def tokenizer(self) -> llg.LLTokenizer: ...
@@ -27,19 +26,7 @@ class Runtime(Protocol):
 
     @property
     def n_ctx(self) -> int | None:
-        """Tokens of prompt and completion together the model can hold; None: unbounded."""
-        ...
-
-    def tokenize(self, text: str) -> list[int]:
-        """Prompt text to tokens, with the model's BOS where it wants one."""
-        ...
-
-    def start(self, prompt: Sequence[int]) -> NDArray[np.float32]:
-        """Evaluate a fresh prompt; return the logits for the next token."""
-        ...
-
-    def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
-        """Append tokens (one sampled, maybe forced ones) in one call; logits for the next."""
+        """Tokens of prompt and completion together a sequence can hold; None: unbounded."""
         ...
 
     @property
@@ -47,6 +34,24 @@ class Runtime(Protocol):
         """The most tokens one call evaluates with the very numerics of one token a call
         (None: any number). Drafts are checked in calls of at most this many tokens, so
         that they never change an answer, not even at a near tie."""
+        ...
+
+    def tokenize(self, text: str) -> list[int]:
+        """Prompt text to tokens, with the model's BOS where it wants one."""
+        ...
+
+
+@runtime_checkable
+class Runtime(ModelFacts, Protocol):
+    """A model behind a vocabulary. Logits rows are float32 of length `n_vocab` and are only
+    valid until the next call (runtimes may reuse the buffer)."""
+
+    def start(self, prompt: Sequence[int]) -> NDArray[np.float32]:
+        """Evaluate a fresh prompt; return the logits for the next token."""
+        ...
+
+    def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
+        """Append tokens (one sampled, maybe forced ones) in one call; logits for the next."""
         ...
 
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
@@ -73,26 +78,11 @@ class ModelCall:
 
 
 @runtime_checkable
-class BatchRuntime(Protocol):
+class BatchRuntime(ModelFacts, Protocol):
     """Many sequences of one model, each in a slot (0 .. max_sequences-1), evaluated together:
     one `step` makes, for every sequence that takes part, the call it asked for. The facts
     (`tokenizer`, `n_vocab`, `eos_token_ids`, `exact_batch`, `tokenize`) are the single
     runtime's; `n_ctx` is per sequence."""
-
-    @property
-    def tokenizer(self) -> llg.LLTokenizer: ...
-
-    @property
-    def n_vocab(self) -> int: ...
-
-    @property
-    def eos_token_ids(self) -> Sequence[int]: ...
-
-    @property
-    def n_ctx(self) -> int | None: ...
-
-    @property
-    def exact_batch(self) -> int | None: ...
 
     @property
     def max_sequences(self) -> int: ...
@@ -101,8 +91,6 @@ class BatchRuntime(Protocol):
     def capacity(self) -> int | None:
         """Tokens the sequences' caches hold in all (KV cells); None: no bound."""
         ...
-
-    def tokenize(self, text: str) -> list[int]: ...
 
     def step(self, calls: Sequence[tuple[int, ModelCall]]
              ) -> list[NDArray[np.float32] | None]:
@@ -132,3 +120,24 @@ class BatchRuntime(Protocol):
     def forget(self, slot: int) -> None:
         """Drop what the free `slot` holds, to make room."""
         ...
+
+
+class OverRuntime:
+    """A batch's facts, read from the single runtime it runs (`self.runtime`)."""
+
+    runtime: Runtime
+
+    @property
+    def tokenizer(self) -> llg.LLTokenizer:
+        return self.runtime.tokenizer
+
+    @property
+    def n_vocab(self) -> int:
+        return self.runtime.n_vocab
+
+    @property
+    def eos_token_ids(self) -> Sequence[int]:
+        return self.runtime.eos_token_ids
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.runtime.tokenize(text)

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ModelError
-from .base import ModelCall
+from .base import ModelCall, OverRuntime
 
 try:
     import llama_cpp as lc
@@ -350,7 +350,7 @@ class LlamaCppRuntime:
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
         want = set(logits_at)
         rows = self._decode([(0, t, i in want) for i, t in enumerate(tokens)])
-        return rows[[sorted(want).index(at) for at in logits_at]] if rows.size else rows
+        return _as_asked(rows, logits_at)
 
     def rollback(self, n: int) -> None:
         self._rollback(0, n)
@@ -431,7 +431,13 @@ class LlamaCppRuntime:
         return rows
 
 
-class LlamaCppBatch:
+def _as_asked(rows: NDArray[np.float32], logits_at: Sequence[int]) -> NDArray[np.float32]:
+    """Rows decoded in ascending position, in the order `logits_at` asks for them."""
+    order = sorted(logits_at)
+    return rows if list(logits_at) == order else rows[[order.index(i) for i in logits_at]]
+
+
+class LlamaCppBatch(OverRuntime):
     """`BatchRuntime` over a runtime's `n_seq` sequences (slot i is `seq_id` i), in its pool
     of `capacity` KV cells.
 
@@ -441,6 +447,8 @@ class LlamaCppBatch:
     `start` takes it alone; a sequence alone in a step gets the very logits it gets from the
     runtime itself. With others in the call its rows take the batched kernels (`exact_batch`),
     as in any batching engine: a near tie may then go the other way."""
+
+    runtime: LlamaCppRuntime
 
     def __init__(self, runtime: LlamaCppRuntime, max_sequences: int, *,
                  prefill_chunk: int = 128):
@@ -454,21 +462,6 @@ class LlamaCppBatch:
         self.n_ctx: int | None = runtime.n_ctx
         self.capacity: int | None = runtime.kv_cells
         self._prefilling: set[int] = set()  # slots whose fresh prompt is partly in
-
-    @property
-    def tokenizer(self) -> llg.LLTokenizer:
-        return self.runtime.tokenizer
-
-    @property
-    def n_vocab(self) -> int:
-        return self.runtime.n_vocab
-
-    @property
-    def eos_token_ids(self) -> Sequence[int]:
-        return self.runtime.eos_token_ids
-
-    def tokenize(self, text: str) -> list[int]:
-        return self.runtime.tokenize(text)
 
     def step(self, calls: Sequence[tuple[int, ModelCall]]
              ) -> list[NDArray[np.float32] | None]:
@@ -508,10 +501,7 @@ class LlamaCppBatch:
             n = 1 if call.fresh else len(call.logits_at)
             assert rows is not None
             mine = rows[at:at + n]
-            if not call.fresh:  # rows came in ascending position; give them as asked
-                order = sorted(call.logits_at)
-                mine = mine[[order.index(i) for i in call.logits_at]]
-            out.append(mine)
+            out.append(mine if call.fresh else _as_asked(mine, call.logits_at))
             at += n
         return out
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
 
-from .base import ModelCall
+from .base import ModelCall, OverRuntime
 
 
 class Stepped:
@@ -69,37 +68,24 @@ class Stepped:
         return StepBatch(self, max_sequences)
 
 
-class StepBatch:
+class StepBatch(OverRuntime):
     """A `BatchRuntime` over one stepped runtime: each slot keeps its whole state (the step
     state, the steps taken, what `start` chose), switched in for its calls."""
+
+    runtime: Any  # a Runtime that is Stepped
 
     def __init__(self, runtime: Stepped, max_sequences: int):
         if max_sequences < 1:
             raise ValueError(f"max_sequences must be >= 1, got {max_sequences}")
-        self.runtime: Any = runtime  # a Runtime that is Stepped
+        self.runtime = runtime
         self.max_sequences = max_sequences
         self.exact_batch = runtime.exact_batch
         self.capacity: int | None = None  # no KV cells: any number of tokens
         self._states: dict[int, tuple[Any, list[Any], Any]] = {}
 
     @property
-    def tokenizer(self) -> llg.LLTokenizer:
-        return self.runtime.tokenizer
-
-    @property
-    def n_vocab(self) -> int:
-        return self.runtime.n_vocab
-
-    @property
-    def eos_token_ids(self) -> Sequence[int]:
-        return self.runtime.eos_token_ids
-
-    @property
     def n_ctx(self) -> int | None:
         return self.runtime.n_ctx
-
-    def tokenize(self, text: str) -> list[int]:
-        return self.runtime.tokenize(text)
 
     def step(self, calls: Sequence[tuple[int, ModelCall]]
              ) -> list[NDArray[np.float32] | None]:

@@ -95,12 +95,11 @@ class LocalBackend:
             stream.push(ids)
 
         def make(rollback: Any) -> Any:
-            s = params.sampling
             return self.engine.steps(
-                tokens, compiled, self.batch, rollback, max_tokens=params.max_tokens,
-                temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
-                seed=s.seed, stop=params.stop, drafting="verify" if params.draft else "off",
-                on_tokens=on_tokens, draft_room=self.scheduler.draft_room)
+                tokens, compiled, self.batch, rollback, sampling=params.sampling,
+                max_tokens=params.max_tokens, stop=params.stop,
+                drafting="verify" if params.draft else "off", on_tokens=on_tokens,
+                draft_room=self.scheduler.draft_room)
 
         def done(f: Future[Generation]) -> None:  # the slot is free once the sequence is
             self._running.discard(cancel)
