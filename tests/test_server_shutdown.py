@@ -194,9 +194,11 @@ def run_and_terminate(server: SlowServer, running: Outcome, payload: dict[str, A
 
 
 def refused(url: str) -> bool:
+    """Not served: the connection is refused, or reset unanswered (a connection the kernel had
+    accepted into the backlog just as the listener closed)."""
     try:
         httpx.get(url + "/health", timeout=2)
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
         return True
     return False
 
