@@ -220,6 +220,13 @@ def test_bench_engine_quick_json() -> None:
     assert drafts["greedy_identical"] is True
     assert 0 < drafts["acceptance_rate"] <= 1
     assert _finite_positive(drafts["extraction_tps_ratio"])
+    costs = drafts["call_costs"]  # the ceiling: calls of 1..exact_batch tokens
+    n = costs["exact_batch"]
+    assert n >= 1 and set(costs["ms_logits_every"]) == {str(k) for k in range(1, n + 1)}
+    assert all(map(_finite_positive, [*costs["ms_logits_every"].values(),
+                                      *costs["ms_logits_last"].values()]))
+    assert costs["ceiling_vs_one_token"] == pytest.approx(
+        n * costs["ms_logits_every"]["1"] / costs["ms_logits_every"][str(n)], rel=0.02)
     assert {c["name"] for c in drafts["cases"]} >= {"extract_record", "extract_entities",
                                                      "extract_ja"}
     assert proc.returncode == 0, proc.stderr

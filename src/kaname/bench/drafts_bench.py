@@ -1,7 +1,10 @@
 """Verified drafts in `kaname bench engine`: tokens/s with drafts (forced tokens and prompt
 n-grams, each checked by the model), with forced tokens committed unverified (kaname's path
-before drafts), with neither (one token per model call), and unconstrained; the acceptance
-rate; and whether greedy outputs are identical across the constrained modes.
+before drafts), with neither (one token per model call), and unconstrained (no grammar, no
+drafts: `decode` without a matcher, one token per call, as a peer decodes); the acceptance
+rate; whether greedy outputs are identical across the constrained modes; and the ceiling the
+runtime allows: what a call of `exact_batch` tokens with logits at each costs against a call
+of one (drafts can at best turn the latter's tokens/s into the former's).
 
 Besides the engine cases (`common.CASES`), extraction cases whose output is mostly copied from
 a longer prompt: where prompt lookup pays.
@@ -15,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..decoding import SamplingParams, decode
 from ..engine import Engine
 from .common import CASES, Case
 
@@ -111,7 +115,9 @@ def run_case(engine: Engine, case: Case, extraction: bool, repetitions: int,
             gc.collect()
             t0 = time.perf_counter()
             if mode == "unconstrained":
-                g = engine.generate(prompt, None, max_tokens=max_tokens)
+                # not `generate(prompt, None)`: that is free text under a grammar, drafted
+                g = decode(engine.runtime, prompt, None, SamplingParams(),
+                           max_tokens=max_tokens)
             else:
                 g = engine.generate(prompt, compiled, max_tokens=max_tokens,
                                     drafting=mode)  # type: ignore[arg-type]
@@ -131,8 +137,37 @@ def _tps(c: DraftCase, mode: str, rep: int | None = None) -> float:
     return sum(c.tokens[mode][i] for i in idx) / seconds if seconds else 0.0
 
 
+def call_costs(engine: Engine, prompt: str, repetitions: int = 9) -> dict[str, Any]:
+    """Median ms of one runtime call of n = 1..exact_batch tokens after `prompt`, with logits
+    at every position (how a draft is checked) and at the last only; the ceiling is the
+    tokens/s of full checked calls over that of one-token calls. A runtime whose rows do not
+    depend on the call (`exact_batch` None) is measured up to 8 tokens."""
+    rt = engine.runtime
+    widest = rt.exact_batch or 8
+    tokens = rt.tokenize(prompt)
+    rt.start(tokens)
+    draft = tokens[1: 1 + widest]  # any tokens: the cost does not depend on them
+    every: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for n in range(1, widest + 1):
+        for at, out in ((list(range(n)), every), ([n - 1], last)):
+            times = []
+            for _ in range(repetitions):
+                t0 = time.perf_counter()
+                rt.evaluate(draft[:n], at)
+                times.append(time.perf_counter() - t0)
+                rt.rollback(n)
+            out[n] = statistics.median(times) * 1000
+    n = widest
+    return {"exact_batch": n,
+            "ms_logits_every": {str(k): round(v, 2) for k, v in every.items()},
+            "ms_logits_last": {str(k): round(v, 2) for k, v in last.items()},
+            "ceiling_vs_one_token": round(n * every[1] / every[n], 2)}
+
+
 def measure(engine: Engine, *, repetitions: int, max_tokens: int,
             cases: tuple[Case, ...] = CASES) -> dict[str, Any]:
+    costs = call_costs(engine, EXTRACTION[0].prompt)
     results = [run_case(engine, c, False, repetitions, max_tokens) for c in cases]
     results += [run_case(engine, c, True, repetitions, max_tokens) for c in EXTRACTION]
     extraction = [c for c in results if c.extraction]
@@ -148,6 +183,7 @@ def measure(engine: Engine, *, repetitions: int, max_tokens: int,
         "greedy_identical": all(c.texts["verify"] == c.texts["off"] for c in results),
         "extraction_tps_ratio": statistics.median(ratios),
         "acceptance_rate": sum(c.accepted for c in results) / proposed if proposed else 0.0,
+        "call_costs": costs,
         "cases": [{
             "name": c.name, "extraction": c.extraction,
             "tokens_per_s": {m: round(statistics.median(
@@ -175,3 +211,9 @@ def print_table(data: dict[str, Any]) -> None:
     print(f"greedy identical on every case: {data['greedy_identical']}; acceptance rate "
           f"{data['acceptance_rate']:.2f}; extraction: drafts / unconstrained tokens/s "
           f"{data['extraction_tps_ratio']:.2f}x")
+    c = data["call_costs"]
+    n = c["exact_batch"]
+    print(f"ceiling: a call of 1 token {c['ms_logits_every']['1']:.1f} ms; of {n} "
+          f"(the most an exact check takes) {c['ms_logits_every'][str(n)]:.1f} ms with logits "
+          f"at each, {c['ms_logits_last'][str(n)]:.1f} ms at the last only: drafts can at "
+          f"best give {c['ceiling_vs_one_token']:.2f}x the tokens/s of one token a call")
