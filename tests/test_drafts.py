@@ -184,14 +184,17 @@ def test_usage_reports_draft_counts_on_every_api(server, draft):
 
 
 @pytest.mark.model
-def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call():
+@pytest.mark.parametrize("n_seq", [1, 2])  # plain weights, and a batch's repacked ones
+def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call(n_seq: int):
     """Calls of up to `exact_batch` tokens, rolled back or not, give every row bit for bit as
     one token a call does: what greedy identity on the real model rests on."""
     from kaname.runtimes.llamacpp import LlamaCppRuntime
 
-    rt = LlamaCppRuntime.default()
+    rt = LlamaCppRuntime.default(n_seq=n_seq)
+    assert rt.repack == (n_seq > 1)
     prompt = rt.tokenize("Invoice INV-2024-0457 was billed to Blue Harbor Cafe on")
-    tokens = rt.tokenizer.tokenize_str(" 2024-03-15, for 3 kg of espresso beans.")
+    tokens = rt.tokenizer.tokenize_str(
+        " 2024-03-15, for 3 kg of espresso beans and 2 milk frothers, due within 30 days.")
     rt.start(prompt)
     one = [rt.evaluate([t], [0])[0].copy() for t in tokens]
     rt.start(prompt)
@@ -199,7 +202,7 @@ def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call():
     assert step is not None and step >= 2
     rows = []
     for k in range(0, len(tokens), step):
-        rt.evaluate([5, 6, 7][:step], range(step))  # a draft the model turned down
+        rt.evaluate(list(range(5, 5 + step)), range(step))  # a draft the model turned down
         rt.rollback(step)
         chunk = tokens[k:k + step]
         rows += list(rt.evaluate(chunk, range(len(chunk))))

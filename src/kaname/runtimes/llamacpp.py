@@ -155,14 +155,16 @@ def _markers(vocab: lc.llama_vocab_p) -> frozenset[str]:
     return frozenset(out)
 
 
-_vocab_cache: dict[tuple[str, bool], Vocab] = {}
+_vocab_cache: dict[tuple[str, bool, bool], Vocab] = {}
 _vocab_lock = threading.Lock()
 
 
-def load_vocab(path: str | Path, *, vocab_only: bool = True) -> Vocab:
-    """Load (once per process) a GGUF, weights included unless `vocab_only`."""
+def load_vocab(path: str | Path, *, vocab_only: bool = True, repack: bool = False) -> Vocab:
+    """Load (once per process) a GGUF, weights included unless `vocab_only`; `repack`: let
+    ggml repack the weights its CPU kernels can take several columns at a time (see
+    `LlamaCppRuntime`)."""
     path = Path(path)
-    key = (str(path.resolve()), vocab_only)
+    key = (str(path.resolve()), vocab_only, repack and not vocab_only)
     with _vocab_lock:
         if key in _vocab_cache:
             return _vocab_cache[key]
@@ -171,6 +173,7 @@ def load_vocab(path: str | Path, *, vocab_only: bool = True) -> Vocab:
         _backend()
         params = lc.llama_model_default_params()
         params.vocab_only = vocab_only
+        params.use_extra_bufts = repack  # ggml's "extra buffer types": repacked weights
         model = lc.llama_model_load_from_file(str(path).encode(), params)
         if not model:
             raise ModelError(f"llama.cpp could not load {path}")
@@ -255,6 +258,15 @@ def context_size(n_ctx_train: int, kv_per_token: int, available: int) -> int:
     return min(trained, max(fits, _MIN_CONTEXT))
 
 
+# The most tokens a call may hold and still give each token's logits bit for bit as a call of
+# one token does, with repacked weights or without. Measured on Gemma 3 270M Q4_K_M: repacked
+# kernels take 4 columns at a time from a call of 4 tokens (logits move by up to ~1.5, enough
+# to flip a near tie); plain ones change path from 8 tokens (by up to ~1.7). What it costs
+# (2 cores, one sequence, logits at every position, ms): plain 1: 21, 4: 51, 7: 86; repacked
+# 1: 22, 3: 51-56, 16: 113 (plain 160), and a 400-token prefill 1.4 s (plain 1.5-1.9 s).
+_EXACT_BATCH = {False: 7, True: 3}
+
+
 class LlamaCppRuntime:
     """A GGUF model on the CPU (or whatever llama.cpp was built for)."""
 
@@ -270,7 +282,13 @@ class LlamaCppRuntime:
             raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
         if n_seq < 1:
             raise ValueError(f"n_seq must be >= 1, got {n_seq}")
-        self._v = load_vocab(path, vocab_only=False)
+        # Repacked weights where steps carry many tokens (a batch: several sequences, prompts
+        # taken 128 tokens a step), where ggml's repacked kernels are faster; plain weights
+        # for one sequence, whose calls are one token or a draft, so that drafts are checked
+        # up to 7 tokens a call (`exact_batch`).
+        self.repack = n_seq > 1
+        self._v = load_vocab(path, vocab_only=False, repack=self.repack)
+        self.exact_batch = _EXACT_BATCH[self.repack]
         params = lc.llama_context_default_params()
         per_seq = n_ctx or context_size(
             lc.llama_model_n_ctx_train(self._v.model), kv_bytes_per_token(self._v.model),
@@ -333,7 +351,7 @@ class LlamaCppRuntime:
             raise ValueError("prompt must have at least one token")
         # The last prompt token in a call of its own: its logits (and the answer) are then the
         # same whether the rest of the prompt was evaluated now, in a batch, or kept from a
-        # previous request (a batch of 4+ tokens takes other kernels: see `exact_batch`).
+        # previous request (a larger call takes other kernels: see `exact_batch`).
         rest = self._keep_prefix(0, prompt)
         if rest:
             self._decode([(0, t, False) for t in rest])
@@ -341,11 +359,6 @@ class LlamaCppRuntime:
 
     def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
         return self.evaluate(tokens, [len(tokens) - 1])[0]
-
-    # Measured on Gemma 3 270M Q4_K_M: a call of 1-3 tokens gives each token's logits bit for
-    # bit as a call of one does; from 4 tokens on, ggml's CPU matrix kernels take another path
-    # (4 columns at a time) and logits move by up to ~1.0, enough to flip a near tie.
-    exact_batch = 3
 
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
         want = set(logits_at)
