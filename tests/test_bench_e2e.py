@@ -36,9 +36,11 @@ def test_paired_ratio_and_diff_hand_computed() -> None:
 
 def _rec(engine: str, run: int, tokens: int, seconds: float, *, sample_ns: int = 0,
          constraint_ns: int | None = None, valid: bool = True, error: str | None = None,
-         case: str = "company", ttft_s: float | None = 0.1, forced: int = 0) -> Record:
+         case: str = "company", ttft_s: float | None = 0.1, forced: int = 0,
+         text: str = "{}", drafted: int = 0, accepted: int = 0) -> Record:
     return Record(engine, case, run, tokens, seconds, ttft_s, "stop" if error is None else "error",
-                  valid, sample_ns, constraint_ns, forced, text="{}", error=error)
+                  valid, sample_ns, constraint_ns, forced, text=text, error=error,
+                  drafted=drafted, accepted=accepted)
 
 
 def test_per_run_hand_computed() -> None:
@@ -128,6 +130,43 @@ def test_summarize_shape_hand_computed() -> None:
                                           "reason": "xgrammar cannot be imported"}
     # kaname 40, 80 tok/s vs 25, 25 -> 1.6, 3.2 -> 2.4
     assert out["ratios"] == {"kaname_unconstrained": 2.4}
+
+
+def test_drafts_hand_computed() -> None:
+    ex = "extract_record"
+    records = [
+        # company: drafts and neither agree in both runs; forcing changed run 1's answer
+        _rec("kaname", 0, 40, 1.0, text="A", drafted=10, accepted=6),
+        _rec("kaname", 1, 40, 0.5, text="A", drafted=10, accepted=6),
+        _rec("kaname_none", 0, 40, 2.0, text="A"),
+        _rec("kaname_none", 1, 40, 2.0, text="A"),
+        _rec("kaname_forced", 0, 40, 0.4, text="A"),
+        _rec("kaname_forced", 1, 40, 0.4, text="B"),
+        _rec("kaname_unconstrained", 0, 50, 1.0),
+        _rec("kaname_unconstrained", 1, 50, 1.0),
+        # an extraction prompt: run 1 failed with drafts, so it is not identical
+        _rec("kaname", 0, 30, 0.5, case=ex, text="C", drafted=20, accepted=18),
+        _rec("kaname", 1, 0, 0.0, case=ex, error="boom"),
+        _rec("kaname_none", 0, 30, 1.0, case=ex, text="C"),
+        _rec("kaname_none", 1, 30, 1.0, case=ex, text="C"),
+        _rec("kaname_unconstrained", 0, 30, 0.75, case=ex),
+        _rec("kaname_unconstrained", 1, 30, 1.5, case=ex),
+    ]
+    d = e2e.drafts(records, 2)
+    assert d is not None
+    company, extract = d["cases"]["company"], d["cases"][ex]
+    assert company["greedy_identical"] is True and company["force_changes_answer"] is True
+    assert extract["greedy_identical"] is False and d["greedy_identical"] is False
+    assert company["extraction"] is False and extract["extraction"] is True
+    # median tok/s per prompt: drafts (40, 80), neither (20, 20), forced (100, 100)
+    assert company["tokens_per_s"] == {"drafts": 60.0, "forced": 100.0, "none": 20.0,
+                                       "unconstrained": 50.0}
+    assert (company["draft_accepted"], company["draft_tokens"]) == (12, 20)
+    assert d["acceptance_rate"] == 0.75  # (6 + 6 + 18) / (10 + 10 + 20)
+    # extraction: run 0 drafts 60 tok/s vs 40 unconstrained; run 1 has no drafts figure
+    assert d["extraction_tps_ratio"] == 1.5
+    # without the reference mode there is nothing to compare
+    assert e2e.drafts([r for r in records if r.engine != "kaname_none"], 2) is None
 
 
 def test_valid_output() -> None:
@@ -246,5 +285,12 @@ def test_bench_e2e_quick_json(monkeypatch: pytest.MonkeyPatch,
             "sample_step_minus_unconstrained"
         assert data["ratios"]["llamacpp_grammar"] > 0
     assert data["config"]["runs"] == 1 and data["config"]["cases"] == ["company"]
+    # kaname's three modes ran, and drafts left the greedy answer as one token a call gives it
+    d = data["drafts"]
+    assert d["greedy_identical"] is True and d["cases"]["company"]["greedy_identical"] is True
+    assert set(d["cases"]["company"]["tokens_per_s"]) == {"drafts", "forced", "none",
+                                                          "unconstrained"}
+    assert d["extraction_tps_ratio"] is None  # the quick run has no extraction prompt
+    assert 0 <= d["acceptance_rate"] <= 1
     assert set(data["method"]["engines"]) == {n for n, e in data["engines"].items()
                                               if e["available"]}

@@ -211,7 +211,7 @@ def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call(n_seq: int
 
 @pytest.mark.model
 def test_greedy_with_drafts_is_byte_identical_on_the_embedded_model():
-    from kaname.bench.drafts_bench import EXTRACTION
+    from kaname.bench.common import EXTRACTION
     from kaname.engine import Engine
 
     engine = Engine.default()

@@ -128,6 +128,76 @@ CASES: tuple[Case, ...] = (
 )
 
 
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "role": {"type": "string"},
+        "organization": {"type": "string"},
+        "city": {"type": "string"},
+        "award": {"type": "string"},
+        "year": {"type": "integer"},
+    },
+    "required": ["name", "role", "organization", "city", "award", "year"],
+    "additionalProperties": False,
+}
+
+ENTITIES = {
+    "type": "object",
+    "properties": {
+        "entities": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 8,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "kind": {"enum": ["person", "organization", "place"]},
+                },
+                "required": ["name", "kind"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["entities"],
+    "additionalProperties": False,
+}
+
+SHOP = {
+    "type": "object",
+    "properties": {
+        "店名": {"type": "string"},
+        "開業年": {"type": "integer"},
+        "所在地": {"type": "string"},
+        "店主": {"type": "string"},
+        "専門": {"type": "string"},
+    },
+    "required": ["店名", "開業年", "所在地", "店主", "専門"],
+    "additionalProperties": False,
+}
+
+# Extraction: the answer is mostly copied from a longer prompt (names, dates, places), which
+# verified drafts take from the prompt (a paragraph to a record; a text to its entities; the
+# same in Japanese).
+EXTRACTION: tuple[Case, ...] = (
+    Case("extract_record", PERSON,
+         "Dr. Margaret Okonkwo-Hastings, chief research scientist at the Northfield Institute "
+         "for Marine Robotics in Halifax, Nova Scotia, received the Atlantic Engineering "
+         "Innovation Prize in 2023 for her work on autonomous underwater gliders that map "
+         "coral reefs.\n\nThe person above as JSON: "),
+    Case("extract_entities", ENTITIES,
+         "On Tuesday, Helena Marchetti, the mayor of Bologna, met representatives of "
+         "Fincantieri Marine Group and the University of Genoa at the Palazzo d'Accursio to "
+         "discuss a new harbour research centre. Professor Tomasz Wieczorek from the Gdansk "
+         "University of Technology joined the meeting by video from Warsaw.\n\n"
+         "Every person, organization and place named above, as JSON: "),
+    Case("extract_ja", SHOP,
+         "ほしぞら書店は2011年に横浜市中区で開業した古書店です。店主の白石はるかさんは、"
+         "天文学と宇宙の古い図鑑を専門に集めています。\n\n上の文の店をJSONで: "),
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reports
 

@@ -6,8 +6,8 @@ rate; whether greedy outputs are identical across the constrained modes; and the
 runtime allows: what a call of `exact_batch` tokens with logits at each costs against a call
 of one (drafts can at best turn the latter's tokens/s into the former's).
 
-Besides the engine cases (`common.CASES`), extraction cases whose output is mostly copied from
-a longer prompt: where prompt lookup pays.
+Besides the engine cases (`common.CASES`), the extraction cases (`common.EXTRACTION`), whose
+output is mostly copied from a longer prompt: where prompt lookup pays.
 """
 
 from __future__ import annotations
@@ -20,73 +20,7 @@ from typing import Any
 
 from ..decoding import SamplingParams, decode
 from ..engine import Engine
-from .common import CASES, Case
-
-PERSON = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "role": {"type": "string"},
-        "organization": {"type": "string"},
-        "city": {"type": "string"},
-        "award": {"type": "string"},
-        "year": {"type": "integer"},
-    },
-    "required": ["name", "role", "organization", "city", "award", "year"],
-    "additionalProperties": False,
-}
-
-ENTITIES = {
-    "type": "object",
-    "properties": {
-        "entities": {
-            "type": "array",
-            "minItems": 1,
-            "maxItems": 8,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string"},
-                    "kind": {"enum": ["person", "organization", "place"]},
-                },
-                "required": ["name", "kind"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    "required": ["entities"],
-    "additionalProperties": False,
-}
-
-SHOP = {
-    "type": "object",
-    "properties": {
-        "店名": {"type": "string"},
-        "開業年": {"type": "integer"},
-        "所在地": {"type": "string"},
-        "店主": {"type": "string"},
-        "専門": {"type": "string"},
-    },
-    "required": ["店名", "開業年", "所在地", "店主", "専門"],
-    "additionalProperties": False,
-}
-
-EXTRACTION: tuple[Case, ...] = (
-    Case("extract_record", PERSON,
-         "Dr. Margaret Okonkwo-Hastings, chief research scientist at the Northfield Institute "
-         "for Marine Robotics in Halifax, Nova Scotia, received the Atlantic Engineering "
-         "Innovation Prize in 2023 for her work on autonomous underwater gliders that map "
-         "coral reefs.\n\nThe person above as JSON: "),
-    Case("extract_entities", ENTITIES,
-         "On Tuesday, Helena Marchetti, the mayor of Bologna, met representatives of "
-         "Fincantieri Marine Group and the University of Genoa at the Palazzo d'Accursio to "
-         "discuss a new harbour research centre. Professor Tomasz Wieczorek from the Gdansk "
-         "University of Technology joined the meeting by video from Warsaw.\n\n"
-         "Every person, organization and place named above, as JSON: "),
-    Case("extract_ja", SHOP,
-         "ほしぞら書店は2011年に横浜市中区で開業した古書店です。店主の白石はるかさんは、"
-         "天文学と宇宙の古い図鑑を専門に集めています。\n\n上の文の店をJSONで: "),
-)
+from .common import CASES, EXTRACTION, Case
 
 MODES = ("verify", "force", "off", "unconstrained")
 

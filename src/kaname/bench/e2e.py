@@ -1,9 +1,13 @@
 """`kaname bench e2e`: kaname against its peers end to end, on the same model, in one process.
 
 The embedded Gemma 3 270M (llama.cpp, CPU), the same prompts and JSON Schemas (the four cases of
-`kaname bench engine`), the same prompt token ids, greedy decoding everywhere; engines:
+`kaname bench engine` and its three extraction cases, whose answers are mostly copied from the
+prompt), the same prompt token ids, greedy decoding everywhere; engines:
 
-- `kaname`: `Engine.generate` with the schema;
+- `kaname`: `Engine.generate` with the schema, verified drafts on (the default);
+- `kaname_forced`, `kaname_none`: the same with forced tokens committed unverified (kaname
+  before verified drafts), and with neither (one token per model call: the output the other
+  two are compared to, `drafts` in the report);
 - `llamacpp_grammar`: llama-cpp-python's own grammar sampling (`LlamaGrammar.from_json_schema`,
   `Llama.create_completion(grammar=...)`);
 - `xgrammar`, `outlines`: xgrammar's `GrammarMatcher` / outlines-core's `Guide` masking the
@@ -35,11 +39,14 @@ from typing import Any
 
 from . import E2E_ENGINES as ENGINES
 from . import E2E_MAX_TOKENS, E2E_QUICK_MAX_TOKENS, E2E_QUICK_RUNS, E2E_RUNS
-from .common import CASES, first_line, machine, version_of
+from .common import CASES, EXTRACTION, first_line, machine, version_of
 
-CONSTRAINED = ("kaname", "llamacpp_grammar", "xgrammar", "outlines")
-BASELINE = {"kaname": "kaname_unconstrained", "llamacpp_grammar": "unconstrained",
-            "xgrammar": "unconstrained", "outlines": "unconstrained"}
+PEERS = ("llamacpp_grammar", "xgrammar", "outlines")
+# kaname's constrained modes: verified drafts (the default), forced tokens unverified, neither
+KANAME = ("kaname", "kaname_forced", "kaname_none")
+CONSTRAINED = (*KANAME, *PEERS)
+BASELINE = {**dict.fromkeys(KANAME, "kaname_unconstrained"),
+            **dict.fromkeys(PEERS, "unconstrained")}
 TARGETS = {"overhead_lowest": "kaname's overhead_us_per_token below every other constrained "
                               "engine's",
            "tps_ratio_vs_llamacpp_grammar_min": 10.0, "tps_ratio_vs_outlines_min": 2.0,
@@ -53,7 +60,7 @@ class Config:
     runs: int
 
 
-FULL = Config(("company", "invoice", "tool_call", "triage"), max_tokens=E2E_MAX_TOKENS,
+FULL = Config(tuple(c.name for c in (*CASES, *EXTRACTION)), max_tokens=E2E_MAX_TOKENS,
               runs=E2E_RUNS)
 QUICK = Config(("company",), max_tokens=E2E_QUICK_MAX_TOKENS, runs=E2E_QUICK_RUNS)
 
@@ -113,6 +120,8 @@ class Record:
     forced: int = 0
     text: str = ""
     error: str | None = None
+    drafted: int = 0
+    accepted: int = 0
 
 
 def per_run(records: Sequence[Record], runs: int) -> dict[str, list[float | None]]:
@@ -167,7 +176,7 @@ def targets_met(engines: dict[str, dict[str, Any]], rat: dict[str, float | None]
     k = engines.get("kaname", {})
     k_over = k.get("overhead_us_per_token")
     others = [e["overhead_us_per_token"] for n, e in engines.items()
-              if n in CONSTRAINED and n != "kaname" and e.get("available")
+              if n in PEERS and e.get("available")
               and e.get("overhead_us_per_token") is not None]
     lowest = (k_over < min(others)) if k_over is not None and others else None
 
@@ -224,12 +233,67 @@ def summarize(records: Sequence[Record], runs: int, names: Sequence[str],
             "per_run_tokens_per_s": [_round(x) for x in s["tps"]],
             "cases": _cases(rs),
         }
-        if name == "kaname":
+        if name in KANAME:
             total = sum(r.tokens for r in rs)
             e["forced_pct"] = _round(100.0 * sum(r.forced for r in rs) / total) if total else None
         engines[name] = e
     tps = {n: s["tps"] for n, s in series.items()}
-    return {"engines": engines, "ratios": {k: _round(v, 3) for k, v in ratios(tps).items()}}
+    return {"engines": engines, "ratios": {k: _round(v, 3) for k, v in ratios(tps).items()},
+            "drafts": drafts(records, runs)}
+
+
+def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
+    """Verified drafts against kaname's other modes, per prompt and over all: tokens/s with
+    drafts (`kaname`), forced tokens only, neither, and unconstrained; the acceptance rate;
+    whether greedy output with drafts is the output with neither on every prompt and run (a
+    prompt that one of them failed counts as not identical); and, on the extraction prompts,
+    drafts ÷ unconstrained tokens/s (paired per run, then the median). None without both
+    `kaname` and `kaname_none`."""
+    def of(engine: str) -> list[Record]:
+        return [r for r in records if r.engine == engine]
+
+    if not of("kaname") or not of("kaname_none"):
+        return None
+    texts = {(r.engine, r.case, r.run): r.text if r.error is None else None for r in records}
+
+    def identical(case: str, engine: str = "kaname") -> bool:
+        pairs = [(texts.get((engine, case, i)), texts.get(("kaname_none", case, i)))
+                 for i in range(runs)]
+        return all(a is not None and a == b for a, b in pairs)
+
+    modes = {"drafts": "kaname", "forced": "kaname_forced", "none": "kaname_none",
+             "unconstrained": "kaname_unconstrained"}
+    cases: dict[str, dict[str, Any]] = {}
+    for case in dict.fromkeys(r.case for r in of("kaname")):
+        mine = [r for r in of("kaname") if r.case == case]
+        cases[case] = {
+            "extraction": case in _EXTRACTION,
+            "tokens_per_s": {m: _round(median([div(r.tokens, r.seconds) for r in of(e)
+                                               if r.case == case and r.error is None]))
+                             for m, e in modes.items() if of(e)},
+            "draft_tokens": sum(r.drafted for r in mine),
+            "draft_accepted": sum(r.accepted for r in mine),
+            "greedy_identical": identical(case),
+            **({"force_changes_answer": not identical(case, "kaname_forced")}
+               if of("kaname_forced") else {}),
+        }
+    proposed = sum(r.drafted for r in of("kaname"))
+    extraction = [c for c in cases if cases[c]["extraction"]]
+    ratio = None
+    if extraction and of("kaname_unconstrained"):
+        def tps(engine: str) -> list[float | None]:
+            return per_run([r for r in of(engine) if r.case in extraction], runs)["tps"]
+        ratio = _round(paired_ratio(tps("kaname"), tps("kaname_unconstrained")), 3)
+    return {
+        "greedy_identical": all(c["greedy_identical"] for c in cases.values()),
+        "acceptance_rate": _round(sum(r.accepted for r in of("kaname")) / proposed, 3)
+        if proposed else None,
+        "extraction_tps_ratio": ratio,
+        "cases": cases,
+    }
+
+
+_EXTRACTION = frozenset(c.name for c in EXTRACTION)
 
 
 def _cases(rs: Sequence[Record]) -> dict[str, dict[str, Any]]:
@@ -290,7 +354,8 @@ def _timed(driver: Any, prepared: Any, case: Any, prompt: list[int], max_tokens:
         gc.enable()
     valid = g.error is None and valid_output(g.text, case.schema, g.finish_reason)
     return Record(driver.name, case.name, run, g.tokens, g.seconds, g.ttft_s, g.finish_reason,
-                  valid, g.sample_ns, g.constraint_ns, g.forced, g.text, g.error)
+                  valid, g.sample_ns, g.constraint_ns, g.forced, g.text, g.error, g.drafted,
+                  g.accepted)
 
 
 @dataclass
@@ -306,7 +371,7 @@ def run(config: Config, names: Sequence[str], *, threads: int | None = None,
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load_before = os.getloadavg()[0]
     threads = threads or threads_default()
-    by_name = {c.name: c for c in CASES}
+    by_name = {c.name: c for c in (*CASES, *EXTRACTION)}
     cases = [by_name[n] for n in config.case_names]
     vocab = default_vocab()
     prompts = {c.name: vocab.tokenize(c.prompt) for c in cases}
@@ -386,6 +451,13 @@ def _method(engines: dict[str, str]) -> dict[str, Any]:
                                "kaname's constraint_ns (its argmax included); peers' Llama.sample "
                                "(candidates array, processors, grammar, greedy, accept)",
         "ratios": "kaname tokens/s ÷ each engine's tokens/s: median of the per-run ratios",
+        "drafts": "kaname's three constrained modes on the same prompts: drafts (kaname), "
+                  "forced tokens unverified (kaname_forced), neither (kaname_none), and "
+                  "kaname_unconstrained; greedy_identical: kaname's text equals "
+                  "kaname_none's on every prompt and run; acceptance_rate: draft tokens "
+                  "kept / proposed over every kaname generation; extraction_tps_ratio: "
+                  "kaname ÷ kaname_unconstrained tokens/s over the extraction prompts, "
+                  "paired per run, median",
         "order": "each engine is warmed up once on the first prompt; then per run and prompt "
                  "every engine generates once, the engine order rotating by run and prompt",
         "engines": engines,
@@ -448,6 +520,8 @@ def print_tables(data: dict[str, Any]) -> None:
                          f"{x['completion_tokens']}")
         c.add_row(case, *cells)
     console.print(c)
+    if data.get("drafts"):
+        _print_drafts(console, data["drafts"])
 
     tg, met = data["targets"], data["targets_met"]
 
@@ -469,6 +543,27 @@ def print_tables(data: dict[str, Any]) -> None:
     console.print(f"machine: {data['machine']}; 1-min load {r['loadavg_1m']['before']:.2f} "
                   f"before, {r['loadavg_1m']['after']:.2f} after; timed part "
                   f"{r['timed_seconds']} s")
+
+
+def _print_drafts(console: Any, d: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    t = Table(title="kaname's modes per prompt: median tok/s; draft tokens kept / proposed; "
+                    "output with drafts = output with neither (every run)")
+    t.add_column("prompt")
+    for col in ("drafts", "forced", "none", "unconstrained", "kept", "identical",
+                "forcing changes it"):
+        t.add_column(col, justify="right")
+    for case, c in d["cases"].items():
+        tps = c["tokens_per_s"]
+        t.add_row(case + (" (extraction)" if c["extraction"] else ""),
+                  *(_fmt(tps.get(m)) for m in ("drafts", "forced", "none", "unconstrained")),
+                  f"{c['draft_accepted']}/{c['draft_tokens']}", str(c["greedy_identical"]),
+                  str(c.get("force_changes_answer", "—")))
+    console.print(t)
+    console.print(f"greedy identical on every prompt: {d['greedy_identical']}; acceptance rate "
+                  f"{_fmt(d['acceptance_rate'], '.2f')}; extraction: drafts ÷ unconstrained "
+                  f"tok/s {_fmt(d['extraction_tps_ratio'], '.2f')}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ class Generation:
     sample_ns: int  # the whole sampling steps (logits -> chosen token), summed
     constraint_ns: int | None  # time in the constraint, measured directly (None: not separable)
     forced: int = 0
+    drafted: int = 0  # draft tokens proposed (kaname's verified drafts)
+    accepted: int = 0  # of which the model kept
     error: str | None = None
 
 
@@ -64,16 +66,32 @@ def threads_default() -> int:
 # kaname
 
 
+# kaname's engines by name: how each decodes under the schema (`Engine.generate`'s
+# `drafting`), or None: no constraint at all.
+KANAME_MODES: dict[str, str | None] = {"kaname": "verify", "kaname_forced": "force",
+                                       "kaname_none": "off", "kaname_unconstrained": None}
+_KANAME_METHODS = {
+    "verify": "drafts (the grammar's forced tokens and prompt n-grams) the model verifies, "
+              "each kept only where its greedy pick agrees: the default",
+    "force": "forced tokens committed without the model's say (kaname before verified "
+             "drafts: may change answers)",
+    "off": "one token per model call, neither forcing nor drafting: the reference the "
+           "other two must match",
+}
+
+
 class KanameDriver:
-    def __init__(self, engine: Any, *, constrained: bool):
+    def __init__(self, engine: Any, name: str):
         self.engine = engine
-        self.constrained = constrained
-        self.name = "kaname" if constrained else "kaname_unconstrained"
+        self.name = name
+        self.drafting = KANAME_MODES[name]
+        self.constrained = self.drafting is not None
         self.version = version_of("kaname")
-        if constrained:
-            self.method = ("Engine.generate(prompt ids, schema), greedy; constraint time = the "
-                           "decode loop's constraint_ns (pick incl. its argmax over the logits, "
-                           "commit, forced tokens), measured directly")
+        if self.drafting is not None:
+            self.method = (f"Engine.generate(prompt ids, schema, drafting={self.drafting!r}), "
+                           f"greedy: {_KANAME_METHODS[self.drafting]}; constraint time = the "
+                           "decode loop's constraint_ns (pick incl. its argmax over the "
+                           "logits, commit, drafts), measured directly")
         else:
             self.method = ("Engine.generate(prompt ids, None), greedy: kaname's decode loop on "
                            "its LlamaCppRuntime with no matcher; sampling time = its argmax")
@@ -93,14 +111,17 @@ class KanameDriver:
                 first[0] = clock()
 
         t0 = clock()
-        r = self.engine.generate(list(prompt), case.schema if self.constrained else None,
-                                 max_tokens=max_tokens, temperature=0.0, on_tokens=on_tokens)
+        r = self.engine.generate(list(prompt), prepared, max_tokens=max_tokens,
+                                 temperature=0.0, drafting=self.drafting or "off",
+                                 on_tokens=on_tokens)
         t1 = clock()
         ns = int(sum(r.constraint_ns))
-        return Generation(r.text, r.usage.completion_tokens, (t1 - t0) / 1e9,
+        u = r.usage
+        return Generation(r.text, u.completion_tokens, (t1 - t0) / 1e9,
                           (first[0] - t0) / 1e9 if first[0] else None, r.finish_reason,
                           sample_ns=ns, constraint_ns=ns if self.constrained else None,
-                          forced=r.usage.forced_tokens)
+                          forced=u.forced_tokens, drafted=u.draft_tokens,
+                          accepted=u.draft_accepted)
 
 
 def load_kaname(path: Path, threads: int) -> Any:
@@ -391,7 +412,7 @@ def load_drivers(names: Sequence[str], threads: int) -> tuple[dict[str, Any], di
     drivers: dict[str, Any] = {}
     unavailable: dict[str, str] = {}
     engine = None
-    if {"kaname", "kaname_unconstrained"} & set(names):
+    if set(KANAME_MODES) & set(names):
         engine = load_kaname(path, threads)
     peers = [n for n in names if n in ("llamacpp_grammar", "xgrammar", "outlines",
                                        "unconstrained")]
@@ -414,8 +435,8 @@ def load_drivers(names: Sequence[str], threads: int) -> tuple[dict[str, Any], di
         if name in unavailable:
             continue
         try:
-            if name in ("kaname", "kaname_unconstrained"):
-                drivers[name] = KanameDriver(engine, constrained=name == "kaname")
+            if name in KANAME_MODES:
+                drivers[name] = KanameDriver(engine, name)
             elif shared is None:
                 continue
             elif name in ("llamacpp_grammar", "unconstrained"):
