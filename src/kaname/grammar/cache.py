@@ -38,11 +38,12 @@ MATCHER_BYTES_PER_CHAR = 160     # and what it grows by per character of grammar
 SOURCE_BYTES_PER_CHAR = 20       # a schema as Python objects, twice (the user's and a copy)
 
 
-def compiled_size(grammar: str, source_chars: int) -> int:
+def compiled_size(grammar: str, source_chars: int, mask_bytes: int = 0) -> int:
     """Bytes a compiled constraint keeps alive, estimated from its grammar's length and its
-    canonical constraint's (`source_chars`): matcher + grammar text + the schema objects."""
+    canonical constraint's (`source_chars`): matcher + grammar text + the schema objects,
+    plus its first mask (`mask_bytes`, one bit per token: 32 kB on Gemma's vocabulary)."""
     return (MATCHER_BASE_BYTES + (MATCHER_BYTES_PER_CHAR + 1) * len(grammar)
-            + SOURCE_BYTES_PER_CHAR * source_chars)
+            + SOURCE_BYTES_PER_CHAR * source_chars + mask_bytes)
 
 
 def key_hash(key: str) -> str:

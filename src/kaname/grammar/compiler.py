@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import jsonschema
 import llguidance as llg
+import numpy as np
 
 from ..errors import (
     ConstraintError,
@@ -33,7 +34,7 @@ from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
 from .dialect import dialect_of
 from .guards import Guards
 from .lark import JSON_OBJECT_SCHEMA, constraint_lark, guarded_json, start_rule
-from .matcher import Matcher
+from .matcher import WARM_MAX_CHARS, Matcher, warm
 from .rewrite import rewrite_schema
 from .schema_walk import escape, format_pointers, keyword_pointers, resolve_pointer
 
@@ -102,6 +103,7 @@ class CompiledConstraint:
     grammar_hash: str
     matcher: llg.LLMatcher
     schema: Any = None  # the user's schema, for the jsonschema post-check
+    first_mask: Any = None  # the mask before any token (int32 words; Matcher's first_mask)
     not_enforced: tuple[NotEnforced, ...] = ()
     caps: dict[str, Any] = field(default_factory=dict)
     _validator: Any = None
@@ -111,7 +113,7 @@ class CompiledConstraint:
         return isinstance(self.constraint, JsonSchema | JsonObject)
 
     def new_matcher(self) -> Matcher:
-        return Matcher(self.matcher.deep_copy())
+        return Matcher(self.matcher.deep_copy(), self.first_mask)
 
     def validate(self, text: str) -> bool | None:
         """Independent post-check: jsonschema for JSON constraints, None for the others."""
@@ -234,7 +236,8 @@ class GrammarCompiler:
             refusal = Refusal.of(e)
             self.refused.put(digest, refusal, refusal.size)
             raise
-        self.cache.put(digest, compiled, compiled_size(compiled.grammar, len(key)))
+        self.cache.put(digest, compiled, compiled_size(
+            compiled.grammar, len(key), compiled.first_mask.nbytes))
         return compiled
 
     def _count(self, *, hit: bool) -> None:
@@ -334,7 +337,7 @@ class GrammarCompiler:
         # probe's full mask would spend, so that decoding later hits llguidance's limit.)
         probe = _on_big_stack(lambda: llg.LLMatcher(self.tokenizer, grammar, log_level=0,
                                                     limits=self.limits))
-        _on_big_stack(probe.compute_bitmask)
+        first = _on_big_stack(probe.compute_bitmask)
         if probe.is_error():
             message = _first_line(probe.get_error())
             too_large = limit_error(message, what)
@@ -342,8 +345,13 @@ class GrammarCompiler:
                 raise too_large
             raise error(f"{what} matches no text (llguidance: "
                         f"{message.splitlines()[0] if message else 'empty mask'})")
+        # The probe's mask is every request's first one (see Matcher): kept, read-only.
+        words = (self.tokenizer.vocab_size + 31) // 32
+        first_mask = np.frombuffer(first, dtype=np.int32, count=words)
+        if len(lark) <= WARM_MAX_CHARS:
+            _on_big_stack(lambda: warm(matcher, first_mask, self.tokenizer))
         digest = hashlib.sha256(lark.encode()).hexdigest()[:16]
-        return CompiledConstraint(c, lark, digest, matcher)
+        return CompiledConstraint(c, lark, digest, matcher, first_mask=first_mask)
 
 
 def _plain(schema: Any) -> Any:
