@@ -115,6 +115,21 @@ def test_a_fresh_matcher_takes_its_first_mask_from_the_compiled_grammar(gemma, c
     assert np.array_equal(words, first)
 
 
+@pytest.mark.parametrize("lexeme", ["t[max_tokens=3]: /[a-z ]+/", 't[stop=""]: /[a-z ]+/'])
+def test_grammars_llguidance_cannot_roll_back_are_left_unwarmed(gemma, compiler, lexeme):
+    """Warming rolls a token back, which llguidance refuses for `max_tokens` and `stop`
+    lexemes (the matcher is then in error): such a grammar must compile to a sound matcher."""
+    compiled = compiler.compile(Lark(f"start: t\n{lexeme}\n"))
+    m = compiled.new_matcher()
+    word = gemma.tokenizer.tokenize_str("hello")
+    assert m.accept_tokens(word), m.error()
+    ref = llg.LLMatcher(gemma.tokenizer, llg.LLMatcher.grammar_from_lark(compiled.grammar))
+    assert ref.consume_tokens(word)
+    words = np.zeros(len(compiled.first_mask), dtype=np.int32)
+    m.fill_mask(words)
+    assert np.array_equal(words, _mask(ref, len(words)))
+
+
 class _Counting:
     """llguidance's matcher, counting the masks it computes."""
 

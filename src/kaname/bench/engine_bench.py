@@ -109,8 +109,8 @@ class Step:
 
 
 def _commit(matcher: llg.LLMatcher, token: int, eos: frozenset[int]) -> list[int]:
-    """Consume `token` and the forced tokens after it, as the decoding loop does; returns the
-    forced tokens."""
+    """Consume `token` and the forced tokens after it with llguidance's own calls, as a plain
+    llguidance user does; returns the forced tokens."""
     if token in eos:
         return []
     if not matcher.consume_token(token):
@@ -121,12 +121,24 @@ def _commit(matcher: llg.LLMatcher, token: int, eos: frozenset[int]) -> list[int
     return forced
 
 
+def _commit_kaname(matcher: Matcher, token: int, eos: frozenset[int]) -> list[int]:
+    """`_commit` through kaname's matcher, which must see every token it is to mask after."""
+    if token in eos:
+        return []
+    if not matcher.accept_tokens([token]):
+        raise KanameError(f"matcher refused token {token}: {matcher.error()}")
+    forced = matcher.forced_tokens()
+    if forced and not matcher.accept_tokens(forced):
+        raise KanameError(f"matcher refused its forced tokens: {matcher.error()}")
+    return forced
+
+
 def _kaname_path(picker: TokenPicker, matcher: Matcher, logits: NDArray[np.float32],
                  eos: frozenset[int]) -> tuple[int, list[int], int, int]:
     t0 = time.perf_counter_ns()
     token = picker.pick(logits, matcher)
     t1 = time.perf_counter_ns()
-    forced = _commit(matcher.llg, token, eos)
+    forced = _commit_kaname(matcher, token, eos)
     t2 = time.perf_counter_ns()
     return token, forced, t1 - t0, t2 - t1
 

@@ -349,7 +349,7 @@ class GrammarCompiler:
         words = (self.tokenizer.vocab_size + 31) // 32
         first_mask = np.frombuffer(first, dtype=np.int32, count=words)
         if len(lark) <= WARM_MAX_CHARS:
-            _on_big_stack(lambda: warm(matcher, first_mask, self.tokenizer))
+            matcher = _on_big_stack(lambda: warm(matcher, first_mask, self.tokenizer))
         digest = hashlib.sha256(lark.encode()).hexdigest()[:16]
         return CompiledConstraint(c, lark, digest, matcher, first_mask=first_mask)
 

@@ -97,21 +97,29 @@ WARM_MAX_CHARS = 4096
 
 
 def warm(matcher: llg.LLMatcher, first_mask: NDArray[np.int32],
-         tokenizer: llg.LLTokenizer) -> None:
-    """Leave the mask after an ordinary first word in the pristine `matcher`'s cache.
+         tokenizer: llg.LLTokenizer) -> llg.LLMatcher:
+    """A copy of the pristine `matcher` whose cache holds the mask after an ordinary first word,
+    or `matcher` itself where that cannot be done.
 
     llguidance keeps the last mask a matcher computed, for the state it was computed in, and
     copies inherit it. Every request takes its first mask from `first_mask` (Matcher), so a
     copy's first mask computed by llguidance is the one after its first token: in free text,
     after any word, one and the same state. Computed here once, rolled back, so requests find
     it instead of walking the trie (2.5-4 ms on Gemma's vocabulary). A first token that leads
-    elsewhere costs what it did before."""
+    elsewhere costs what it did before. Done on a copy: llguidance cannot roll back grammars
+    with `max_tokens` or `stop` lexemes, and a failed rollback leaves the matcher in error."""
     token = _ordinary_word(first_mask, tokenizer)
-    if token is None or not matcher.consume_token(token):
-        return
+    if token is None:
+        return matcher
+    warmed = matcher.deep_copy()
+    if not warmed.consume_token(token):
+        return matcher
     words = np.zeros_like(first_mask)
-    matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
-    matcher.rollback(1)
+    warmed.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+    warmed.rollback(1)
+    if warmed.is_error() or warmed.is_stopped():
+        return matcher
+    return warmed
 
 
 def _ordinary_word(mask: NDArray[np.int32], tokenizer: llg.LLTokenizer) -> int | None:
