@@ -22,9 +22,11 @@ def compiler(gemma):
 
 
 def reference_allowed(matcher, vocab: int) -> np.ndarray:
-    """llguidance's own numpy bitmask, expanded: the reference for MaskBuffer."""
+    """llguidance's own numpy bitmask, widened as every kaname mask is (`Matcher.widen`,
+    tested in test_masks.py), expanded: the reference for MaskBuffer."""
     bitmask = allocate_token_bitmask(1, vocab)
     fill_next_token_bitmask(matcher.llg, bitmask)
+    matcher.widen(bitmask[0])
     bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[:vocab]
     return np.flatnonzero(bits)
 
@@ -98,6 +100,22 @@ def test_lazy_greedy_equals_full_mask(compiler, random_runtime, constraint, skip
     assert lazy_masks <= full_masks
     if skips_masks:  # where random picks are often allowed, the lazy path skipped masks
         assert lazy_masks < full_masks
+
+
+def test_lazy_greedy_equals_full_mask_where_the_grammar_forces(adversarial_runtime,
+                                                                compiled_sample):
+    """The adversarial runtime picks tokens spelling a prefix of forced bytes (`t` of
+    `type`), which llguidance's mask leaves out and its `consume_tokens` takes: the lazy check
+    and the mask must agree on them (`Matcher.widen`)."""
+    compiled, _ = compiled_sample
+    prompt = adversarial_runtime.tokenize("Extract: the bookstore opened in 2011 in Yokohama.")
+    for i, (row, c) in enumerate(compiled[:40]):
+        adversarial_runtime.seed = i
+        lazy = decode(adversarial_runtime, prompt, c.new_matcher(), SamplingParams(),
+                      max_tokens=64, drafting="off")
+        full = decode(adversarial_runtime, prompt, c.new_matcher(), SamplingParams(),
+                      max_tokens=64, drafting="off", lazy=False)
+        assert lazy.tokens == full.tokens, row["id"]
 
 
 def _first_token_counts(picker_lazy: bool, logits, matcher, draws: int, seed: int):

@@ -9,6 +9,9 @@
           + argmax + consume_token + forced tokens, on a deep copy of the matcher taken before
           the step (copying the matcher and the logits row is not timed).
     Greedy is exact, so both must pick the same token: a mismatch is a bug and is counted.
+    Not compared: steps where llguidance forces by mask (a mask of one token where the grammar
+    forces bytes), since kaname's mask also holds the other tokens spelling those bytes
+    (`Matcher.widen`): there the model may choose another split, by design.
     The order of the two paths alternates per step so neither always finds warm caches.
 (b) Tokens/s end to end: Engine.generate with a JSON schema vs the same loop with no matcher
     (same prompt, same max_tokens), medians over repetitions.
@@ -171,6 +174,8 @@ def trace_steps(runtime: Runtime, compiled: CompiledConstraint, prompt: Sequence
     logits = runtime.start(prompt)
     while produced < max_tokens and not matcher.is_stopped():
         shadow = matcher.llg.deep_copy()
+        forcing = bool(matcher.llg.deep_copy().compute_ff_tokens())  # (not on `shadow`: its
+        # forced tokens would be cached for the timed mask)
         # The plain path masks in place, so it gets a copy. Copying also brings a freshly
         # computed row into this core's cache: its first touch (~60 µs here) counts for neither.
         row = logits.copy()
@@ -183,7 +188,7 @@ def trace_steps(runtime: Runtime, compiled: CompiledConstraint, prompt: Sequence
             token, forced, k_pick, k_commit = _kaname_path(picker, matcher, logits, eos)
         kind = "lazy_hit" if picker.stats.lazy_hits > before else "full_mask"
         steps.append(Step(kind, 1 + len(forced), k_pick, k_commit, *p_ns,
-                          mismatch=(token, forced) != (p_token, p_forced)))
+                          mismatch=not forcing and (token, forced) != (p_token, p_forced)))
         if token in eos:
             break
         produced += 1 + len(forced)

@@ -34,7 +34,7 @@ from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
 from .dialect import dialect_of
 from .guards import Guards
 from .lark import JSON_OBJECT_SCHEMA, constraint_lark, guarded_json, start_rule
-from .matcher import WARM_MAX_CHARS, Matcher, warm
+from .matcher import WARM_MAX_CHARS, Matcher, Spellings, spellings, warm
 from .rewrite import rewrite_schema
 from .schema_walk import escape, format_pointers, keyword_pointers, resolve_pointer
 
@@ -104,6 +104,7 @@ class CompiledConstraint:
     matcher: llg.LLMatcher
     schema: Any = None  # the user's schema, for the jsonschema post-check
     first_mask: Any = None  # the mask before any token (int32 words; Matcher's first_mask)
+    spellings: Spellings | None = None  # the vocabulary's, for Matcher.widen
     not_enforced: tuple[NotEnforced, ...] = ()
     caps: dict[str, Any] = field(default_factory=dict)
     _validator: Any = None
@@ -113,7 +114,7 @@ class CompiledConstraint:
         return isinstance(self.constraint, JsonSchema | JsonObject)
 
     def new_matcher(self) -> Matcher:
-        return Matcher(self.matcher.deep_copy(), self.first_mask)
+        return Matcher(self.matcher.deep_copy(), self.first_mask, self.spellings)
 
     def validate(self, text: str) -> bool | None:
         """Independent post-check: jsonschema for JSON constraints, None for the others."""
@@ -347,11 +348,15 @@ class GrammarCompiler:
                         f"{message.splitlines()[0] if message else 'empty mask'})")
         # The probe's mask is every request's first one (see Matcher): kept, read-only.
         words = (self.tokenizer.vocab_size + 31) // 32
-        first_mask = np.frombuffer(first, dtype=np.int32, count=words)
+        vocab = spellings(self.tokenizer)
+        first_mask = np.frombuffer(first, dtype=np.int32, count=words).copy()
+        Matcher(probe, spellings=vocab).widen(first_mask)
+        first_mask.flags.writeable = False
         if len(lark) <= WARM_MAX_CHARS:
             matcher = _on_big_stack(lambda: warm(matcher, first_mask, self.tokenizer))
         digest = hashlib.sha256(lark.encode()).hexdigest()[:16]
-        return CompiledConstraint(c, lark, digest, matcher, first_mask=first_mask)
+        return CompiledConstraint(c, lark, digest, matcher, first_mask=first_mask,
+                                  spellings=vocab)
 
 
 def _plain(schema: Any) -> Any:

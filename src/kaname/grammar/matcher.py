@@ -8,6 +8,7 @@ it would let another mask library stand in.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import llguidance as llg
@@ -23,11 +24,13 @@ class Matcher:
     trie (2.5-4 ms on Gemma's 262k vocabulary for chat text, where the slicer cannot apply),
     and every request starts in that state; a copy of the words costs µs."""
 
-    __slots__ = ("_depth", "_first", "_m")
+    __slots__ = ("_depth", "_first", "_m", "_spellings")
 
-    def __init__(self, matcher: llg.LLMatcher, first_mask: NDArray[np.int32] | None = None):
+    def __init__(self, matcher: llg.LLMatcher, first_mask: NDArray[np.int32] | None = None,
+                 spellings: Spellings | None = None):
         self._m = matcher
         self._first = first_mask
+        self._spellings = spellings
         self._depth = 0  # tokens committed: the first mask holds at 0 only
 
     @property
@@ -36,7 +39,7 @@ class Matcher:
         return self._m
 
     def copy(self) -> Matcher:
-        twin = Matcher(self._m.deep_copy(), self._first)
+        twin = Matcher(self._m.deep_copy(), self._first, self._spellings)
         twin._depth = self._depth
         return twin
 
@@ -60,11 +63,38 @@ class Matcher:
             self._depth -= n
 
     def fill_mask(self, words: NDArray[np.int32]) -> None:
-        """The allowed next tokens as a bitmask (bit i of word i // 32: token i)."""
+        """The allowed next tokens as a bitmask (bit i of word i // 32: token i): every token
+        `accept_tokens` takes (see `widen`)."""
         if self._depth == 0 and self._first is not None and len(words) == len(self._first):
-            np.copyto(words, self._first)
+            np.copyto(words, self._first)  # (widened when it was compiled)
             return
         self._m.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        self.widen(words)
+
+    def widen(self, words: NDArray[np.int32]) -> None:
+        """Add to llguidance's mask `words`, computed in this state, the tokens it leaves out.
+
+        Where the grammar forces some bytes, llguidance masks every token but the first of
+        its own tokenization of them ("forcing by mask"), yet any token spelling a prefix of
+        those bytes keeps the output valid, and `accept_tokens` (so the lazy one-token check)
+        takes it. After a model's `t`, llguidance forces `e|chn|ical`; a masked pick would have
+        to take `e` where an unmasked one takes the model's own `echn`. With these tokens the
+        mask is the set of valid tokens everywhere, so that the lazy check and the mask agree
+        (greedy picks the same token either way) and the model, not a tokenization, chooses
+        how forced text is split. Only a mask of one token can be such a mask."""
+        if self._spellings is None or np.count_nonzero(words) != 1:
+            return
+        at = int(np.flatnonzero(words)[0])
+        word = int(words[at]) & 0xFFFFFFFF
+        if word & (word - 1):
+            return
+        forced = self.forced_bytes()
+        if not forced:
+            return
+        bits = words.view(np.uint32)
+        for token in self._spellings.prefixes_of(forced):
+            if self._m.validate_tokens([token]) == 1:
+                bits[token >> 5] |= np.uint32(1 << (token & 31))
 
     def forced_bytes(self) -> bytes:
         """The bytes every continuation starts with (empty where the grammar has a choice)."""
@@ -88,6 +118,48 @@ class Matcher:
     def error(self) -> str:
         """llguidance's message, without its state dump."""
         return str(self._m.get_error()).split("\n<")[0].strip()
+
+
+class Spellings:
+    """The tokens of a vocabulary by the bytes they spell, compactly (a sorted array of the
+    bytes' hashes, 12 bytes a token; a dict of bytes would hold ~40 MB for Gemma's 262k), to
+    find the tokens spelling a prefix of some bytes."""
+
+    def __init__(self, tokenizer: llg.LLTokenizer):
+        self._tok = tokenizer
+        ids: list[int] = []
+        keys: list[int] = []
+        longest = 0
+        for token in range(tokenizer.vocab_size):
+            if tokenizer.is_special_token(token):
+                continue
+            spelled = tokenizer.decode_bytes([token])
+            if spelled:
+                ids.append(token)
+                keys.append(hash(spelled))  # (this process's hash: the index lives in it)
+                longest = max(longest, len(spelled))
+        order = np.argsort(np.array(keys, dtype=np.int64), kind="stable")
+        self._keys = np.array(keys, dtype=np.int64)[order]
+        self._ids = np.array(ids, dtype=np.int32)[order]
+        self._longest = longest
+
+    def prefixes_of(self, data: bytes) -> list[int]:
+        """The tokens spelling data[:n] for some n >= 1, shortest first."""
+        probes = [hash(data[:n]) for n in range(1, min(len(data), self._longest) + 1)]
+        lo = np.searchsorted(self._keys, probes, side="left").tolist()
+        hi = np.searchsorted(self._keys, probes, side="right").tolist()
+        found: list[int] = []
+        for n, (a, b) in enumerate(zip(lo, hi, strict=True), start=1):
+            for token in self._ids[a:b].tolist():
+                if self._tok.decode_bytes([token]) == data[:n]:  # not a mere hash collision
+                    found.append(token)
+        return found
+
+
+@functools.lru_cache(maxsize=8)
+def spellings(tokenizer: llg.LLTokenizer) -> Spellings:
+    """The one `Spellings` of a tokenizer (built in ~0.3 s for 262k tokens)."""
+    return Spellings(tokenizer)
 
 
 # Grammars up to this many characters of Lark are warmed (`warm`): a chat turn's, a few small
