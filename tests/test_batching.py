@@ -356,7 +356,7 @@ def test_drafts_share_a_steps_rows_and_never_change_an_answer() -> None:
         for a, f in zip(alone, futures, strict=True):
             b = f.result(timeout=60)  # the same answer, drafted otherwise
             assert (b.tokens, b.finish_reason, b.valid) == (a.tokens, a.finish_reason, a.valid)
-        assert max(batch.rows) <= 6 and max(batch.rows) > 4  # drafted, within the budget
+        assert max(batch.rows) <= 6 and max(batch.drafts) > 0  # drafted, within the budget
         assert sum(a.usage.draft_tokens for a in alone) > 0
     finally:
         scheduler.close()
@@ -369,9 +369,11 @@ class _Counting(_Failing):
         super().__init__(inner)
         self.fail = False
         self.rows: list[int] = []
+        self.drafts: list[int] = []  # rows beyond one a sequence: drafts
 
     def step(self, calls: Sequence[tuple[int, ModelCall]]) -> list[Any]:
         self.rows.append(sum(len(c.logits_at) for _, c in calls))
+        self.drafts.append(self.rows[-1] - len(calls))
         return super().step(calls)
 
 
