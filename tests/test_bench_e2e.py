@@ -167,6 +167,12 @@ def test_drafts_hand_computed() -> None:
     assert d["extraction_tps_ratio"] == 1.5
     # without the reference mode there is nothing to compare
     assert e2e.drafts([r for r in records if r.engine != "kaname_none"], 2) is None
+    # drafts with full rows must give the same answer too
+    full = [_rec("kaname_full_rows", 0, 40, 2.0, text="A"),
+            _rec("kaname_full_rows", 1, 40, 2.0, text="Z")]
+    d = e2e.drafts(records + full, 2)
+    assert d is not None and d["cases"]["company"]["greedy_identical"] is False
+    assert d["cases"]["company"]["tokens_per_s"]["full_rows"] == 20.0
 
 
 def test_valid_output() -> None:
@@ -285,11 +291,12 @@ def test_bench_e2e_quick_json(monkeypatch: pytest.MonkeyPatch,
             "sample_step_minus_unconstrained"
         assert data["ratios"]["llamacpp_grammar"] > 0
     assert data["config"]["runs"] == 1 and data["config"]["cases"] == ["company"]
-    # kaname's three modes ran, and drafts left the greedy answer as one token a call gives it
+    # kaname's modes ran, and drafts (with rows of a few tokens or full rows) left the greedy
+    # answer as one token a call gives it
     d = data["drafts"]
     assert d["greedy_identical"] is True and d["cases"]["company"]["greedy_identical"] is True
-    assert set(d["cases"]["company"]["tokens_per_s"]) == {"drafts", "forced", "none",
-                                                          "unconstrained"}
+    assert set(d["cases"]["company"]["tokens_per_s"]) == {"drafts", "full_rows", "forced",
+                                                          "none", "unconstrained"}
     assert d["extraction_tps_ratio"] is None  # the quick run has no extraction prompt
     assert 0 <= d["acceptance_rate"] <= 1
     assert set(data["method"]["engines"]) == {n for n, e in data["engines"].items()

@@ -185,7 +185,8 @@ def test_usage_reports_draft_counts_on_every_api(server, draft):
 
 @pytest.mark.model
 @pytest.mark.parametrize("n_seq", [1, 2])  # plain weights, and a batch's repacked ones
-def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call(n_seq: int):
+@pytest.mark.parametrize("long", [False, True])  # the draft crosses the 256th KV cell
+def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call(n_seq: int, long: bool):
     """Calls of up to `exact_batch` tokens, rolled back or not, give every row bit for bit as
     one token a call does: what greedy identity on the real model rests on."""
     from kaname.runtimes.llamacpp import LlamaCppRuntime
@@ -193,20 +194,43 @@ def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call(n_seq: int
     rt = LlamaCppRuntime.default(n_seq=n_seq)
     assert rt.repack == (n_seq > 1)
     prompt = rt.tokenize("Invoice INV-2024-0457 was billed to Blue Harbor Cafe on")
+    if long:
+        prompt = (prompt * 30)[:240]
     tokens = rt.tokenizer.tokenize_str(
         " 2024-03-15, for 3 kg of espresso beans and 2 milk frothers, due within 30 days.")
     rt.start(prompt)
     one = [rt.evaluate([t], [0])[0].copy() for t in tokens]
     rt.start(prompt)
-    step = rt.exact_batch
-    assert step is not None and step >= 2
+    assert rt.exact_batch >= 2
     rows = []
-    for k in range(0, len(tokens), step):
+    steps = []
+    while len(rows) < len(tokens):
+        step = rt.exact_batch
+        steps.append(step)
         rt.evaluate(list(range(5, 5 + step)), range(step))  # a draft the model turned down
         rt.rollback(step)
-        chunk = tokens[k:k + step]
+        chunk = tokens[len(rows):len(rows) + step]
         rows += list(rt.evaluate(chunk, range(len(chunk))))
     assert all(np.array_equal(a, b) for a, b in zip(one, rows, strict=True))
+    assert (steps[-1] == 1) == long  # past the 256th cell, one token a call
+
+
+@pytest.mark.model
+def test_greedy_with_drafts_is_byte_identical_past_256_tokens_of_context():
+    """The invoice case writes ~200 tokens after a ~100-token prompt: past the 256th KV cell a
+    call of several tokens computes attention otherwise, and a draft checked in one changed
+    the answer (`Descaling kit at 12.00 EUR"` for `... EUR each"`)."""
+    from kaname.bench.common import CASES
+    from kaname.engine import Engine
+
+    engine = Engine.default()
+    case = next(c for c in CASES if c.name == "invoice")
+    c = engine.compile(case.schema)
+    off = engine.generate(case.prompt, c, max_tokens=256, drafting="off")
+    drafted = engine.generate(case.prompt, c, max_tokens=256)
+    assert off.usage.prompt_tokens + off.usage.completion_tokens > 280
+    assert drafted.text == off.text
+    assert drafted.usage.draft_accepted > 0
 
 
 @pytest.mark.model

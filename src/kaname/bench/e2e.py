@@ -5,9 +5,11 @@ The embedded Gemma 3 270M (llama.cpp, CPU), the same prompts and JSON Schemas (t
 prompt), the same prompt token ids, greedy decoding everywhere; engines:
 
 - `kaname`: `Engine.generate` with the schema, verified drafts on (the default);
+- `kaname_full_rows`: the same with every logits row in full (no rows of a few allowed tokens
+  from the hidden state: `LlamaCppRuntime(few_rows=False)`);
 - `kaname_forced`, `kaname_none`: the same with forced tokens committed unverified (kaname
-  before verified drafts), and with neither (one token per model call: the output the other
-  two are compared to, `drafts` in the report);
+  before verified drafts), and with neither (one token per model call: the output the others
+  are compared to, `drafts` in the report);
 - `llamacpp_grammar`: llama-cpp-python's own grammar sampling (`LlamaGrammar.from_json_schema`,
   `Llama.create_completion(grammar=...)`);
 - `xgrammar`, `outlines`: xgrammar's `GrammarMatcher` / outlines-core's `Guide` masking the
@@ -43,7 +45,7 @@ from .common import CASES, EXTRACTION, first_line, machine, version_of
 
 PEERS = ("llamacpp_grammar", "xgrammar", "outlines")
 # kaname's constrained modes: verified drafts (the default), forced tokens unverified, neither
-KANAME = ("kaname", "kaname_forced", "kaname_none")
+KANAME = ("kaname", "kaname_full_rows", "kaname_forced", "kaname_none")
 CONSTRAINED = (*KANAME, *PEERS)
 BASELINE = {**dict.fromkeys(KANAME, "kaname_unconstrained"),
             **dict.fromkeys(PEERS, "unconstrained")}
@@ -261,8 +263,8 @@ def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
                  for i in range(runs)]
         return all(a is not None and a == b for a, b in pairs)
 
-    modes = {"drafts": "kaname", "forced": "kaname_forced", "none": "kaname_none",
-             "unconstrained": "kaname_unconstrained"}
+    modes = {"drafts": "kaname", "full_rows": "kaname_full_rows", "forced": "kaname_forced",
+             "none": "kaname_none", "unconstrained": "kaname_unconstrained"}
     cases: dict[str, dict[str, Any]] = {}
     for case in dict.fromkeys(r.case for r in of("kaname")):
         mine = [r for r in of("kaname") if r.case == case]
@@ -273,7 +275,8 @@ def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
                              for m, e in modes.items() if of(e)},
             "draft_tokens": sum(r.drafted for r in mine),
             "draft_accepted": sum(r.accepted for r in mine),
-            "greedy_identical": identical(case),
+            "greedy_identical": identical(case) and (
+                not of("kaname_full_rows") or identical(case, "kaname_full_rows")),
             **({"force_changes_answer": not identical(case, "kaname_forced")}
                if of("kaname_forced") else {}),
         }
@@ -551,13 +554,14 @@ def _print_drafts(console: Any, d: dict[str, Any]) -> None:
     t = Table(title="kaname's modes per prompt: median tok/s; draft tokens kept / proposed; "
                     "output with drafts = output with neither (every run)")
     t.add_column("prompt")
-    for col in ("drafts", "forced", "none", "unconstrained", "kept", "identical",
+    for col in ("drafts", "full rows", "forced", "none", "unconstrained", "kept", "identical",
                 "forcing changes it"):
         t.add_column(col, justify="right")
     for case, c in d["cases"].items():
         tps = c["tokens_per_s"]
         t.add_row(case + (" (extraction)" if c["extraction"] else ""),
-                  *(_fmt(tps.get(m)) for m in ("drafts", "forced", "none", "unconstrained")),
+                  *(_fmt(tps.get(m)) for m in ("drafts", "full_rows", "forced", "none",
+                                               "unconstrained")),
                   f"{c['draft_accepted']}/{c['draft_tokens']}", str(c["greedy_identical"]),
                   str(c.get("force_changes_answer", "—")))
     console.print(t)

@@ -68,8 +68,9 @@ def threads_default() -> int:
 
 # kaname's engines by name: how each decodes under the schema (`Engine.generate`'s
 # `drafting`), or None: no constraint at all.
-KANAME_MODES: dict[str, str | None] = {"kaname": "verify", "kaname_forced": "force",
-                                       "kaname_none": "off", "kaname_unconstrained": None}
+KANAME_MODES: dict[str, str | None] = {"kaname": "verify", "kaname_full_rows": "verify",
+                                       "kaname_forced": "force", "kaname_none": "off",
+                                       "kaname_unconstrained": None}
 _KANAME_METHODS = {
     "verify": "drafts (the grammar's forced tokens and prompt n-grams) the model verifies, "
               "each kept only where its greedy pick agrees: the default",
@@ -91,7 +92,9 @@ class KanameDriver:
             self.method = (f"Engine.generate(prompt ids, schema, drafting={self.drafting!r}), "
                            f"greedy: {_KANAME_METHODS[self.drafting]}; constraint time = the "
                            "decode loop's constraint_ns (pick incl. its argmax over the "
-                           "logits, commit, drafts), measured directly")
+                           "logits, commit, drafts), measured directly"
+                           + ("; every logits row in full (LlamaCppRuntime(few_rows=False))"
+                              if name == "kaname_full_rows" else ""))
         else:
             self.method = ("Engine.generate(prompt ids, None), greedy: kaname's decode loop on "
                            "its LlamaCppRuntime with no matcher; sampling time = its argmax")
@@ -124,11 +127,11 @@ class KanameDriver:
                           accepted=u.draft_accepted)
 
 
-def load_kaname(path: Path, threads: int) -> Any:
+def load_kaname(path: Path, threads: int, *, few_rows: bool = True) -> Any:
     from ..engine import Engine
     from ..runtimes.llamacpp import LlamaCppRuntime
 
-    return Engine(LlamaCppRuntime(path, n_threads=threads))
+    return Engine(LlamaCppRuntime(path, n_threads=threads, few_rows=few_rows))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,6 +417,9 @@ def load_drivers(names: Sequence[str], threads: int) -> tuple[dict[str, Any], di
     engine = None
     if set(KANAME_MODES) & set(names):
         engine = load_kaname(path, threads)
+    # the verified path with every logits row in full, on a context of its own
+    full_rows = load_kaname(path, threads, few_rows=False) if "kaname_full_rows" in names \
+        else None
     peers = [n for n in names if n in ("llamacpp_grammar", "xgrammar", "outlines",
                                        "unconstrained")]
     shared: SharedLlama | None = None
@@ -436,7 +442,8 @@ def load_drivers(names: Sequence[str], threads: int) -> tuple[dict[str, Any], di
             continue
         try:
             if name in KANAME_MODES:
-                drivers[name] = KanameDriver(engine, name)
+                drivers[name] = KanameDriver(full_rows if name == "kaname_full_rows" else engine,
+                                             name)
             elif shared is None:
                 continue
             elif name in ("llamacpp_grammar", "unconstrained"):

@@ -102,7 +102,7 @@ def run_steps(runtime: Runtime, steps: Steps) -> Generation:
         if call.fresh:
             rows = runtime.start(call.tokens)[None]
         else:
-            rows = runtime.evaluate(call.tokens, call.logits_at)
+            rows = runtime.evaluate(call.tokens, call.logits_at, call.only)
         try:
             call = steps.send(rows)
         except StopIteration as done:
@@ -124,6 +124,9 @@ class _Run:
         self.picker = TokenPicker(params, MaskBuffer(model.n_vocab, self.tok.vocab_size),
                                   self.eos, lazy=lazy)
         self.drafter = Drafter(self.tok, prompt) if self.drafting == "verify" else None
+        # greedy reads only the allowed tokens' logits: where they are few, ask for them alone
+        self.few = (FewAllowed(MaskBuffer(model.n_vocab, self.tok.vocab_size), self.eos)
+                    if matcher is not None and params.greedy else None)
         self.draft_room = draft_room
         self.out: list[int] = []
         self.text = b""  # of `out`, kept only where stop strings are watched
@@ -193,7 +196,9 @@ class _Run:
                     draft, draft_forced = proposed.tokens, proposed.forced
                     self.costs[-1] += time.perf_counter_ns() - t2
                 if not draft:
-                    logits = (yield from self._call(ModelCall(new, [len(new) - 1])))[0]
+                    only = None if self.few is None or m is None else [self.few.of(m)]
+                    logits = (yield from self._call(ModelCall(new, [len(new) - 1],
+                                                              only=only)))[0]
                     continue
                 assert m is not None
                 kept, pending, logits = yield from self._verify(new, draft, m,
@@ -223,12 +228,14 @@ class _Run:
         33 ms, of 7 86 ms, on Gemma 3 270M here); a kept draft costs the same calls either
         way, only in another order."""
         seq = new + draft
-        step = self.model.exact_batch or len(seq)
         done = 0  # tokens of `seq` evaluated
         while True:
+            step = self.model.exact_batch or len(seq)  # (it may shrink as the sequence grows)
             size = min(step, len(new) + 1) if probe and not done else step
             chunk = seq[done:done + size]
-            rows = yield from self._call(ModelCall(chunk, range(len(chunk))))
+            only = None if self.few is None else self.few.along(
+                m, draft, done - len(new) + 1, len(chunk))
+            rows = yield from self._call(ModelCall(chunk, range(len(chunk)), only=only))
             t2 = time.perf_counter_ns()
             for j in range(len(chunk)):
                 i = done + j - len(new) + 1  # rows[j] chooses draft[i]
@@ -269,6 +276,51 @@ class _Run:
             tokens=self.out, stop_sequence=stop_sequence, stats=self.picker.stats,
             constraint_ns=self.costs, model_ns=self.model_ns,
             first_token_ns=self.first_token_ns)
+
+
+class FewAllowed:
+    """The tokens the grammar allows where they are few, for `ModelCall.only`.
+
+    Only where the grammar forces some bytes: the allowed tokens are then those spelling a
+    prefix of them (a handful), and elsewhere a mask would cost more than it saves."""
+
+    MOST = 256
+
+    def __init__(self, masks: MaskBuffer, eos: frozenset[int]):
+        self.masks = masks
+        self.eos = np.array(sorted(eos), dtype=np.int64)
+
+    def of(self, state: Matcher) -> NDArray[np.int64] | None:
+        if not state.forced_bytes():
+            return None
+        self.masks.fill(state)
+        ids = self.masks.allowed_ids()
+        if ids is None or len(ids) > self.MOST or state.is_error():
+            return None
+        if state.is_accepting():
+            ids = np.union1d(ids, self.eos)
+        return ids
+
+    def along(self, m: Matcher, draft: Sequence[int], first: int, n: int
+              ) -> list[NDArray[np.int64] | None]:
+        """For the n rows of a call whose row j chooses draft[first + j], `m` standing after
+        draft[:max(first, 0)]."""
+        out: list[NDArray[np.int64] | None] = []
+        state = m
+        at = max(first, 0)
+        for j in range(n):
+            i = first + j
+            if i < 0:
+                out.append(None)
+                continue
+            if i > at:
+                if state is m:
+                    state = m.copy()
+                if not state.accept_tokens(draft[at:i]):
+                    return out + [None] * (n - len(out))
+                at = i
+            out.append(self.of(state))
+        return out
 
 
 def _stop_at(text: bytes, stop: Sequence[str]) -> tuple[int, str] | None:

@@ -54,15 +54,24 @@ class Runtime(ModelFacts, Protocol):
         """Append tokens (one sampled, maybe forced ones) in one call; logits for the next."""
         ...
 
-    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
+    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int],
+                 only: Only = None) -> NDArray[np.float32]:
         """Append `tokens` in one call; for each index i of `logits_at` (ascending), the logits
         for the token after `tokens[:i + 1]`, as the rows of a fresh array. A draft is checked
-        this way: the sampled token and its drafts in one model call."""
+        this way: the sampled token and its drafts in one model call. `only`: see `Only`."""
         ...
 
     def rollback(self, n: int) -> None:
         """Forget the last `n` appended tokens (their KV cells), as if never evaluated."""
         ...
+
+
+# Per row of `logits_at`, None or the token ids the caller will take the argmax of and read
+# nothing else of that row: the runtime may then answer with a row whose argmax over those ids
+# is the full row's, their logits within float rounding of it and -inf elsewhere (the full
+# row is always a valid answer). Greedy decoding asks it where the grammar allows a handful
+# of tokens, which a runtime can score without its whole output layer (output_layer.py).
+Only = Sequence[NDArray[np.int64] | None] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +84,7 @@ class ModelCall:
     tokens: Sequence[int]
     logits_at: Sequence[int]
     fresh: bool = False
+    only: Only = None
 
 
 @runtime_checkable

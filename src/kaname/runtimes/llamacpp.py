@@ -16,13 +16,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ModelError
-from .base import ModelCall, OverRuntime
+from .base import ModelCall, Only, OverRuntime
+from .output_layer import output_layer
 
 try:
     import llama_cpp as lc
@@ -47,6 +49,40 @@ def _backend() -> None:
             lc.llama_log_set(_quiet_log, ctypes.c_void_p(0))
             lc.llama_backend_init()
             _initialised = True
+
+
+class _FinalHidden:
+    """The final hidden state (llama.cpp's `result_norm`, just before the output layer) read
+    out of the graph through ggml's eval callback, which can also end the computation there:
+    a node whose callback answers false is the graph's last (the KV cells are written by
+    then). Unarmed, the callback only answers "not needed" for each node."""
+
+    NODE = b"result_norm"
+
+    def __init__(self, n_embd: int):
+        lib = ctypes.CDLL(str(Path(lc.llama_cpp._lib._name).with_name("libggml-base.so")))
+        self._name = lib.ggml_get_name
+        self._name.restype, self._name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+        self._data = lib.ggml_get_data_f32
+        self._data.restype = ctypes.POINTER(ctypes.c_float)
+        self._data.argtypes = [ctypes.c_void_p]
+        self._count = lib.ggml_nelements
+        self._count.restype, self._count.argtypes = ctypes.c_int64, [ctypes.c_void_p]
+        self.n_embd = n_embd
+        self.armed = False
+        self.stop = False
+        self.hidden: NDArray[np.float32] | None = None
+        self.callback = lc.ggml_backend_sched_eval_callback(self._on_node)
+
+    def _on_node(self, tensor: int, ask: bool, _user: int) -> bool:
+        if not self.armed:
+            return not ask
+        if ask:
+            return self._name(tensor) == self.NODE
+        n = self._count(tensor)
+        self.hidden = np.ctypeslib.as_array(self._data(tensor), shape=(n,)).reshape(
+            -1, self.n_embd).copy()
+        return not self.stop
 
 
 def _is_placeholder(piece: bytes) -> bool:
@@ -265,19 +301,27 @@ def context_size(n_ctx_train: int, kv_per_token: int, available: int) -> int:
 # (2 cores, one sequence, logits at every position, ms): plain 1: 21, 4: 51, 7: 86; repacked
 # 1: 22, 3: 51-56, 16: 113 (plain 160), and a 400-token prefill 1.4 s (plain 1.5-1.9 s).
 _EXACT_BATCH = {False: 7, True: 3}
+# ...within a sequence's first 256 KV cells only. Beyond them ggml's attention computes a call
+# of several tokens otherwise than a call of one (measured on an AVX-512 machine, flash
+# attention on or off: from the 257th cell every row of a 2-7 token call differs, by up to
+# ~0.7), so a call that would reach past them checks one token.
+_EXACT_CELLS = 256
 
 
 class LlamaCppRuntime:
     """A GGUF model on the CPU (or whatever llama.cpp was built for)."""
 
     def __init__(self, path: str | Path, *, n_ctx: int = 4096, n_batch: int = 512,
-                 n_threads: int | None = None, n_seq: int = 1, kv_cells: int | None = None):
+                 n_threads: int | None = None, n_seq: int = 1, kv_cells: int | None = None,
+                 few_rows: bool = True):
         """`n_ctx`: tokens of context of a sequence; 0 is the model's trained context where
         memory allows it (`context_size`), as llama.cpp's server reads `-c 0`. `n_seq`:
         sequences `batched` can run at once, in one pool of `kv_cells` KV cells (default
         `n_ctx`: the memory of one sequence's context, whatever `n_seq`) where a cell holding a
         prompt prefix serves every sequence that shares it; the batch's scheduler admits
-        sequences while their prompts and budgets fit the pool (`LlamaCppBatch.capacity`)."""
+        sequences while their prompts and budgets fit the pool (`LlamaCppBatch.capacity`).
+        `few_rows`: answer `evaluate`'s `only` rows from the final hidden state without the
+        output layer (one sequence, a Q8_0 output layer; else full rows)."""
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
         if n_seq < 1:
@@ -288,7 +332,7 @@ class LlamaCppRuntime:
         # up to 7 tokens a call (`exact_batch`).
         self.repack = n_seq > 1
         self._v = load_vocab(path, vocab_only=False, repack=self.repack)
-        self.exact_batch = _EXACT_BATCH[self.repack]
+        self._exact = _EXACT_BATCH[self.repack]
         params = lc.llama_context_default_params()
         per_seq = n_ctx or context_size(
             lc.llama_model_n_ctx_train(self._v.model), kv_bytes_per_token(self._v.model),
@@ -304,6 +348,13 @@ class LlamaCppRuntime:
         threads = n_threads or int(os.environ.get("KANAME_THREADS") or os.cpu_count() or 1)
         params.n_threads = threads
         params.n_threads_batch = threads
+        # A few tokens' logits from the hidden state (`evaluate`'s `only`): one sequence on
+        # plain weights, a Q8_0 output layer (output_layer.py), checked below.
+        self._layer = output_layer(path) if few_rows and n_seq == 1 else None
+        self._final: _FinalHidden | None = None
+        if self._layer is not None:
+            self._final = _FinalHidden(self._layer.n_embd)
+            params.cb_eval = self._final.callback
         self._ctx = lc.llama_init_from_model(self._v.model, params)
         if not self._ctx:
             raise ModelError(f"llama.cpp could not create a context for {path}")
@@ -317,9 +368,38 @@ class LlamaCppRuntime:
         self._n_vocab = lc.llama_vocab_n_tokens(self._v.vocab)
         # per sequence, the tokens whose keys/values are in its KV stream
         self._cached: list[list[int]] = [[] for _ in range(n_seq)]
+        self.few_rows: int = 0  # rows answered from the hidden state (`only`)
+        if self._layer is not None and not self._layer_agrees():
+            self._layer = None
+
+    def _layer_agrees(self) -> bool:
+        """Whether the rows from the hidden state are the output layer's, within their error
+        bounds, on one token: a model whose last layers are not what output_layer.py assumes
+        (a logit soft cap, a scale) gets full rows."""
+        assert self._final is not None and self._layer is not None
+        self._final.armed = True
+        try:
+            row = self._decode([(0, lc.llama_vocab_bos(self._v.vocab) if
+                                 lc.llama_vocab_bos(self._v.vocab) >= 0 else 0, True)])[0]
+            hidden = self._final.hidden
+        finally:
+            self._final.armed = False
+            self._rollback(0, 1)
+        if hidden is None or hidden.shape != (1, self._layer.n_embd):
+            return False
+        ids = np.concatenate([np.argsort(row)[-64:],
+                              np.linspace(0, self._n_vocab - 1, 64).astype(np.int64)])
+        rows = self._layer.rows(hidden[0], ids)
+        return bool(np.all(np.abs(rows.logits - row[ids]) <= rows.error))
+
+    @property
+    def exact_batch(self) -> int:
+        """The most tokens the next call may hold and give the rows of one token a call (see
+        `_EXACT_BATCH` and `_EXACT_CELLS`)."""
+        return self._exact if len(self._cached[0]) + self._exact <= _EXACT_CELLS else 1
 
     @classmethod
-    def default(cls, **kwargs: int) -> LlamaCppRuntime:
+    def default(cls, **kwargs: Any) -> LlamaCppRuntime:
         from .models import default_model_path
 
         return cls(default_model_path(), **kwargs)
@@ -360,10 +440,67 @@ class LlamaCppRuntime:
     def advance(self, tokens: Sequence[int]) -> NDArray[np.float32]:
         return self.evaluate(tokens, [len(tokens) - 1])[0]
 
-    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int]) -> NDArray[np.float32]:
-        want = set(logits_at)
-        rows = self._decode([(0, t, i in want) for i, t in enumerate(tokens)])
-        return _as_asked(rows, logits_at)
+    def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int],
+                 only: Only = None) -> NDArray[np.float32]:
+        if self._layer is None or only is None or all(ids is None for ids in only):
+            want = set(logits_at)
+            rows = self._decode([(0, t, i in want) for i, t in enumerate(tokens)])
+            return _as_asked(rows, logits_at)
+        return self._evaluate_few(tokens, dict(zip(logits_at, only, strict=True)),
+                                  list(logits_at))
+
+    def _evaluate_few(self, tokens: Sequence[int], ids_at: dict[int, NDArray[np.int64] | None],
+                      logits_at: list[int]) -> NDArray[np.float32]:
+        """`evaluate` where some rows need a few tokens' logits only: a stretch of tokens
+        whose rows all need few is decoded up to the hidden state (no output layer), a row
+        that needs all of it ends a call of its own, and a near tie among the few (their
+        argmax unsure within the error bounds) is decoded again with its full row. Calls of
+        up to `exact_batch` tokens give the rows of one token a call, however split."""
+        assert self._layer is not None and self._final is not None
+        rows = np.empty((len(logits_at), self._n_vocab), dtype=np.float32)
+        index = {at: k for k, at in enumerate(logits_at)}
+        i = 0
+        while i < len(tokens):
+            j = i  # the stretch tokens[i:j] needs no full row
+            while j < len(tokens) and not (j in ids_at and ids_at[j] is None):
+                j += 1
+            few = [k for k in range(i, j) if k in ids_at]
+            if not few:
+                end = min(j + 1, len(tokens))
+                full = self._decode([(0, tokens[k], k == j) for k in range(i, end)])
+                if j < len(tokens):
+                    rows[index[j]] = full[0]
+                i = end
+                continue
+            hidden = self._hidden([(0, tokens[k], k in ids_at) for k in range(i, j)])
+            i = j
+            for h, k in zip(hidden, few, strict=True):
+                ids = ids_at[k]
+                assert ids is not None
+                scored = self._layer.rows(h, ids)
+                if not scored.decided():  # from token k on again, its row in full
+                    self._rollback(0, j - k)
+                    rows[index[k]] = self._decode([(0, tokens[k], True)])[0]
+                    i = k + 1
+                    break
+                rows[index[k]] = -np.inf
+                rows[index[k], ids] = scored.logits
+                self.few_rows += 1
+        return rows
+
+    def _hidden(self, items: Sequence[tuple[int, int, bool]]) -> NDArray[np.float32]:
+        """Decode `items` (one call) up to the final hidden state: its rows wanted."""
+        assert self._final is not None
+        final = self._final
+        final.armed = final.stop = True
+        final.hidden = None
+        try:
+            self._decode(items, read=False)
+        finally:
+            final.armed = final.stop = False
+        if final.hidden is None:
+            raise ModelError("llama.cpp's graph has no final hidden state to read")
+        return final.hidden
 
     def rollback(self, n: int) -> None:
         self._rollback(0, n)
@@ -408,16 +545,19 @@ class LlamaCppRuntime:
             raise ModelError(f"llama.cpp cannot drop the last {n} tokens of its cache")
         del cached[keep:]
 
-    def _decode(self, items: Sequence[tuple[int, int, bool]]) -> NDArray[np.float32]:
+    def _decode(self, items: Sequence[tuple[int, int, bool]], *, read: bool = True
+                ) -> NDArray[np.float32]:
         """Append each (sequence, token, logits wanted) in order, in `llama_decode` calls of
-        at most n_batch tokens; the logits rows wanted, in the order of `items`."""
+        at most n_batch tokens; the logits rows wanted, in the order of `items` (none unless
+        `read`)."""
         added: dict[int, int] = {}
         for seq, _, _ in items:
             added[seq] = added.get(seq, 0) + 1
         for seq, n in added.items():
             if len(self._cached[seq]) + n > self.n_ctx:
                 raise ModelError(f"context of {self.n_ctx} tokens exceeded")
-        rows = np.empty((sum(w for _, _, w in items), self._n_vocab), dtype=np.float32)
+        rows = np.empty((sum(w for _, _, w in items) if read else 0, self._n_vocab),
+                        dtype=np.float32)
         b = self._batch
         row = 0
         for start in range(0, len(items), self._n_batch):
@@ -437,7 +577,7 @@ class LlamaCppRuntime:
                     self._cached[seq].pop()
                 raise ModelError(f"llama_decode failed with code {rc}")
             for i, (_, _, wanted) in enumerate(chunk):
-                if wanted:
+                if wanted and read:
                     ptr = lc.llama_get_logits_ith(self._ctx, i)
                     rows[row] = np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
                     row += 1
@@ -471,7 +611,7 @@ class LlamaCppBatch(OverRuntime):
         self.runtime = runtime
         self.max_sequences = max_sequences
         self.prefill_chunk = prefill_chunk
-        self.exact_batch = runtime.exact_batch
+        self.exact_batch = runtime._exact  # (a batched step takes other kernels anyway)
         self.n_ctx: int | None = runtime.n_ctx
         self.capacity: int | None = runtime.kv_cells
         self._prefilling: set[int] = set()  # slots whose fresh prompt is partly in

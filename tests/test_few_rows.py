@@ -1,0 +1,168 @@
+"""Greedy decoding asks for a few tokens' logits where the grammar allows only a few
+(`ModelCall.only`), and the answer is the one full rows give.
+
+The test runtimes answer such a row with -inf outside the ids asked for, so a loop that asked
+too narrowly (a token the grammar allows left out) would pick otherwise: their greedy output
+is compared with the same runtime answering every row in full. On the embedded model the
+rows come from the final hidden state times the Q8_0 output layer's rows (output_layer.py):
+checked against llama.cpp's own logits, near ties included, and greedy output with them is
+byte-identical to output with full rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kaname.decoding import SamplingParams, decode
+
+PROMPT = "Extract: the bookstore ほしぞら書店 opened in 2011 in 横浜市中区, Yokohama."
+
+
+class _Rows:
+    """A runtime seen through: counts the rows asked narrowly; `full` answers them in full."""
+
+    def __init__(self, inner: Any, *, full: bool):
+        self._inner, self._full = inner, full
+        self.narrow = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def evaluate(self, tokens, logits_at, only=None):
+        self.narrow += sum(ids is not None for ids in only or ())
+        return self._inner.evaluate(tokens, logits_at, None if self._full else only)
+
+
+@pytest.mark.parametrize("runtime_name", ["random_runtime", "adversarial_runtime"])
+@pytest.mark.parametrize("drafting", ["verify", "off"])
+def test_greedy_with_few_rows_is_greedy_with_full_rows(request, runtime_name, drafting,
+                                                       compiled_sample):
+    runtime = request.getfixturevalue(runtime_name)
+    compiled, _ = compiled_sample
+    prompt = runtime.tokenize(PROMPT)
+    narrow = 0
+    for i, (row, c) in enumerate(compiled[:30]):
+        outputs = []
+        for full in (False, True):
+            runtime.seed = i
+            seen = _Rows(runtime, full=full)
+            g = decode(seen, prompt, c.new_matcher(), SamplingParams(), max_tokens=200,
+                       drafting=drafting)
+            outputs.append((g.tokens, g.finish_reason))
+            narrow += seen.narrow if not full else 0
+        assert outputs[0] == outputs[1], row["id"]
+    assert narrow > 100  # not vacuous: JSON forces bytes at many positions
+
+
+def test_sampling_asks_for_full_rows(random_runtime, compiled_sample):
+    """A draw reads the whole (masked) distribution: no row is asked narrowly."""
+    compiled, _ = compiled_sample
+    seen = _Rows(random_runtime, full=False)
+    decode(seen, random_runtime.tokenize(PROMPT), compiled[0][1].new_matcher(),
+           SamplingParams(temperature=0.7, seed=1), max_tokens=100)
+    assert seen.narrow == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The embedded model
+
+
+@pytest.fixture(scope="module")
+def llama_pair():
+    from kaname.runtimes.llamacpp import LlamaCppRuntime
+
+    few = LlamaCppRuntime.default(n_ctx=2048)
+    full = LlamaCppRuntime.default(n_ctx=2048, few_rows=False)
+    assert few._layer is not None, "the embedded model's output layer is Q8_0: rows apply"
+    assert full._layer is None
+    return few, full
+
+
+@pytest.mark.model
+def test_rows_from_the_hidden_state_are_llamacpps_within_their_bound(llama_pair):
+    from kaname.runtimes.llamacpp import LlamaCppRuntime
+
+    few, full = llama_pair
+    assert isinstance(few, LlamaCppRuntime)
+    prompt = few.tokenize("Invoice INV-2024-0457 was billed to Blue Harbor Cafe on")
+    assert np.array_equal(few.start(prompt), full.start(prompt))
+    rng = np.random.default_rng(0)
+    before = few.few_rows
+    for _ in range(12):
+        k = int(rng.integers(1, few.exact_batch + 1))
+        tokens = [int(t) for t in rng.integers(100, 50_000, k)]
+        ref = full.evaluate(tokens, range(k))
+        only = []
+        for j in range(k):  # the top few (close calls) or random ids, or a full row
+            pick = rng.integers(3)
+            only.append(None if pick == 0 else np.sort(
+                np.argsort(ref[j])[-8:] if pick == 1 else rng.choice(few.n_vocab, 8, False)
+            ).astype(np.int64))
+        got = few.evaluate(tokens, range(k), only)
+        for j, ids in enumerate(only):
+            if ids is None:
+                assert np.array_equal(got[j], ref[j])
+                continue
+            assert ids[np.argmax(got[j][ids])] == ids[np.argmax(ref[j][ids])]
+            assert np.allclose(got[j][ids], ref[j][ids], rtol=0, atol=1e-3)
+    assert few.few_rows > before
+
+
+@pytest.mark.model
+def test_a_near_tie_gets_its_full_row(llama_pair, monkeypatch):
+    """Where the bound cannot tell the argmax, that row is computed in full, and the tokens
+    after it again: the rows are then exactly llama.cpp's."""
+    from kaname.runtimes import output_layer
+
+    few, full = llama_pair
+    prompt = few.tokenize("The capital of France is")
+    few.start(prompt)
+    full.start(prompt)
+    unsure = output_layer.Rows.decided
+    monkeypatch.setattr(output_layer.Rows, "decided", lambda self: False)
+    tokens = few.tokenizer.tokenize_str(" Paris, and the capital")[:4]
+    only = [np.arange(100, 108, dtype=np.int64)] * len(tokens)
+    got = few.evaluate(tokens, range(len(tokens)), only)
+    ref = full.evaluate(tokens, range(len(tokens)))
+    assert np.array_equal(got, ref)
+    monkeypatch.setattr(output_layer.Rows, "decided", unsure)
+    assert np.array_equal(few.evaluate([42], [0]), full.evaluate([42], [0]))  # cache intact
+
+
+@pytest.mark.model
+def test_a_layer_that_disagrees_is_not_used(monkeypatch):
+    """A model whose logits are not the hidden state times the layer (a soft cap, a scale)
+    is caught by the runtime's check when it loads, and gets full rows."""
+    from kaname.runtimes import llamacpp, output_layer
+
+    real = output_layer.output_layer
+
+    def scaled(path):
+        layer = real(path)
+        rows = layer.rows
+        layer.rows = lambda h, ids: output_layer.Rows(rows(h, ids).logits * 1.01,
+                                                     rows(h, ids).error)
+        return layer
+
+    monkeypatch.setattr(llamacpp, "output_layer", scaled)
+    assert llamacpp.LlamaCppRuntime.default(n_ctx=512)._layer is None
+
+
+@pytest.mark.model
+def test_greedy_with_few_rows_is_byte_identical_on_the_embedded_model(llama_pair):
+    from kaname.bench.common import CASES
+    from kaname.bench.e2e import EXTRACTION
+    from kaname.engine import Engine
+
+    few, full = llama_pair
+    engines = Engine(few), Engine(full)
+    before = few.few_rows
+    for case in (*CASES, *EXTRACTION):
+        for drafting in ("verify", "off"):
+            texts = [e.generate(case.prompt, e.compile(case.schema), max_tokens=64,
+                                drafting=drafting).text for e in engines]
+            assert texts[0] == texts[1], (case.name, drafting)
+    assert few.few_rows > before
