@@ -166,3 +166,30 @@ def test_greedy_with_few_rows_is_byte_identical_on_the_embedded_model(llama_pair
                                 drafting=drafting).text for e in engines]
             assert texts[0] == texts[1], (case.name, drafting)
     assert few.few_rows > before
+
+
+def test_a_file_that_is_not_a_q8_0_gguf_has_no_layer(tmp_path):
+    from kaname.runtimes.output_layer import output_layer
+
+    (tmp_path / "x.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 12)  # truncated
+    (tmp_path / "y.bin").write_bytes(b"not a model")
+    assert output_layer(tmp_path / "x.gguf") is None
+    assert output_layer(tmp_path / "y.bin") is None
+    assert output_layer(tmp_path / "missing.gguf") is None
+
+
+def test_a_row_is_decided_only_when_its_best_is_apart_by_more_than_both_errors():
+    from kaname.runtimes.output_layer import Rows
+
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        k = int(rng.integers(1, 6))
+        logits = rng.normal(size=k).round(2)
+        error = rng.uniform(0, 0.05, size=k)
+        best = int(np.argmax(logits))
+        apart = all(logits[best] - error[best] > logits[j] + error[j]
+                    for j in range(k) if j != best)
+        assert Rows(logits, error).decided() == apart
+        if apart:  # any true values within the errors keep the same argmax
+            true = logits + rng.uniform(-1, 1, size=k) * error
+            assert int(np.argmax(true)) == best

@@ -353,8 +353,11 @@ class LlamaCppRuntime:
         self._layer = output_layer(path) if few_rows and n_seq == 1 else None
         self._final: _FinalHidden | None = None
         if self._layer is not None:
-            self._final = _FinalHidden(self._layer.n_embd)
-            params.cb_eval = self._final.callback
+            try:
+                self._final = _FinalHidden(self._layer.n_embd)
+                params.cb_eval = self._final.callback
+            except (OSError, AttributeError):  # ggml's library not where this build keeps it
+                self._layer = None
         self._ctx = lc.llama_init_from_model(self._v.model, params)
         if not self._ctx:
             raise ModelError(f"llama.cpp could not create a context for {path}")

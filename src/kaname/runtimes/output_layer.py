@@ -86,7 +86,10 @@ class OutputLayer:
 def output_layer(path: str | Path) -> OutputLayer | None:
     """The output layer of a GGUF model where it is Q8_0 (`output.weight`, or the tied
     `token_embd.weight`); None otherwise."""
-    tensors = _tensors(str(path))
+    try:
+        tensors = _tensors(str(path))
+    except (OSError, struct.error, ValueError, UnicodeDecodeError):  # not a GGUF we can read
+        return None
     name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
     if name not in tensors:
         return None
