@@ -380,10 +380,10 @@ class LlamaCppRuntime:
         bounds, on one token: a model whose last layers are not what output_layer.py assumes
         (a logit soft cap, a scale) gets full rows."""
         assert self._final is not None and self._layer is not None
+        token = max(lc.llama_vocab_bos(self._v.vocab), 0)  # (-1: the model has no BOS)
         self._final.armed = True
         try:
-            row = self._decode([(0, lc.llama_vocab_bos(self._v.vocab) if
-                                 lc.llama_vocab_bos(self._v.vocab) >= 0 else 0, True)])[0]
+            row = self._decode([(0, token, True)])[0]
             hidden = self._final.hidden
         finally:
             self._final.armed = False
