@@ -4,9 +4,10 @@
 The test runtimes answer such a row with -inf outside the ids asked for, so a loop that asked
 too narrowly (a token the grammar allows left out) would pick otherwise: their greedy output
 is compared with the same runtime answering every row in full. On the embedded model the
-rows come from the final hidden state times the Q8_0 output layer's rows (output_layer.py):
-checked against llama.cpp's own logits, near ties included, and greedy output with them is
-byte-identical to output with full rows.
+rows come from the final hidden state times the Q8_0 output layer's rows (output_layer.py),
+and a whole row from ggml's own kernel on that hidden state (ggml_matvec.py), each computed
+when it is read: checked against llama.cpp's own logits, near ties included, and greedy output
+with them is byte-identical to output with full rows.
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ def test_rows_from_the_hidden_state_are_llamacpps_within_their_bound(llama_pair)
 
 @pytest.mark.model
 def test_a_near_tie_gets_its_full_row(llama_pair, monkeypatch):
-    """Where the bound cannot tell the argmax, that row is computed in full, and the tokens
-    after it again: the rows are then exactly llama.cpp's."""
+    """Where the bound cannot tell the argmax, that row is computed in full from the same
+    hidden state: the rows are then exactly llama.cpp's."""
     from kaname.runtimes import output_layer
 
     few, full = llama_pair
@@ -149,6 +150,55 @@ def test_a_layer_that_disagrees_is_not_used(monkeypatch):
 
     monkeypatch.setattr(llamacpp, "output_layer", scaled)
     assert llamacpp.LlamaCppRuntime.default(n_ctx=512)._layer is None
+
+
+@pytest.mark.model
+def test_a_row_is_computed_when_it_is_read_and_is_llamacpps_bit_for_bit(llama_pair):
+    """A call of several tokens stops at the hidden state; a whole row is ggml's product
+    when first read (a draft's rows past a rejected token never are), and the same bits as
+    llama.cpp's row of one token a call."""
+    few, full = llama_pair
+    prompt = few.tokenize("Order 1182: two espresso cups, shipped to Nagoya on")
+    few.start(prompt)
+    full.start(prompt)
+    products = []
+    matvec = few._matvec
+    few._matvec = lambda h: products.append(1) or matvec(h)
+    try:
+        tokens = few.tokenizer.tokenize_str(" 3 May, by sea freight")[:few.exact_batch]
+        rows = few.evaluate(tokens, range(len(tokens)))
+        assert not isinstance(rows, np.ndarray) and not products  # nothing computed yet
+        one_by_one = [full.evaluate([t], [0])[0].copy() for t in tokens]
+        assert np.array_equal(rows[2], one_by_one[2]) and len(products) == 1
+        assert np.array_equal(rows[2], one_by_one[2]) and len(products) == 1  # kept
+        assert np.array_equal(np.asarray(rows), np.stack(one_by_one))
+        assert len(products) == len(tokens)
+        with pytest.raises(IndexError):
+            rows[len(tokens)]
+    finally:
+        few._matvec = matvec
+
+
+@pytest.mark.model
+def test_without_ggmls_product_the_runtime_reads_llamacpps_rows(monkeypatch):
+    """ggml's library not loadable, or a product that is not llama.cpp's to the bit: the
+    runtime loads all the same and answers with llama.cpp's rows (no rows from the hidden
+    state)."""
+    from kaname.runtimes import ggml_matvec, llamacpp
+
+    class Off(ggml_matvec.MatVec):
+        def __call__(self, vector):
+            return super().__call__(vector) * np.float32(1 + 2**-20)
+
+    def missing(*args, **kwargs):
+        raise OSError("libggml-cpu.so: cannot open shared object file")
+
+    for replacement in (Off, missing):
+        monkeypatch.setattr(llamacpp, "MatVec", replacement)
+        rt = llamacpp.LlamaCppRuntime.default(n_ctx=512)
+        assert rt._layer is None
+        rows = rt.evaluate(rt.tokenize("Hello"), [0, 1], [np.arange(8), None])
+        assert isinstance(rows, np.ndarray) and rows.shape == (2, rt.n_vocab)
 
 
 @pytest.mark.model

@@ -5,8 +5,9 @@ The embedded Gemma 3 270M (llama.cpp, CPU), the same prompts and JSON Schemas (t
 prompt), the same prompt token ids, greedy decoding everywhere; engines:
 
 - `kaname`: `Engine.generate` with the schema, verified drafts on (the default);
-- `kaname_full_rows`: the same with every logits row in full (no rows of a few allowed tokens
-  from the hidden state: `LlamaCppRuntime(few_rows=False)`);
+- `kaname_full_rows`: the same with llama.cpp's rows, each computed in full in its call (no
+  rows from the hidden state, of a few allowed tokens or read lazily:
+  `LlamaCppRuntime(few_rows=False)`);
 - `kaname_forced`, `kaname_none`: the same with forced tokens committed unverified (kaname
   before verified drafts), and with neither (one token per model call: the output the others
   are compared to, `drafts` in the report);

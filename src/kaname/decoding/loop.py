@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..grammar.matcher import Matcher
-from ..runtimes.base import ModelCall, ModelFacts, Runtime
+from ..runtimes.base import ModelCall, ModelFacts, Rows, Runtime
 from .drafts import Drafter
 from .generation import FinishReason, Generation, Usage
 from .masks import MaskBuffer
@@ -40,7 +40,7 @@ from .sampling import SamplingParams, TokenPicker, dead_end
 Drafting = Literal["verify", "force", "off"]
 
 # A generation as the model calls it makes: send each call's rows back; returns the result.
-Steps = Generator[ModelCall, NDArray[np.float32], Generation]
+Steps = Generator[ModelCall, Rows, Generation]
 
 
 class _StopString(Exception):
@@ -99,6 +99,7 @@ def run_steps(runtime: Runtime, steps: Steps) -> Generation:
     """Make a generation's calls on one runtime, one at a time."""
     call = next(steps)
     while True:
+        rows: Rows
         if call.fresh:
             rows = runtime.start(call.tokens)[None]
         else:
@@ -136,14 +137,21 @@ class _Run:
         self.first_token_ns = 0
         self.started = 0
 
-    def _call(self, call: ModelCall) -> Generator[ModelCall, NDArray[np.float32],
-                                                    NDArray[np.float32]]:
+    def _call(self, call: ModelCall) -> Generator[ModelCall, Rows, Rows]:
         """One model call: its rows, and the time spent waiting for them counted as model
         time (in a batch, that is the whole step's)."""
         t = time.perf_counter_ns()
         rows = yield call
         self.model_ns += time.perf_counter_ns() - t
         return rows
+
+    def _row(self, rows: Rows, j: int) -> NDArray[np.float32]:
+        """Row j of a call's, its reading counted as model time (a runtime may compute a row
+        only when it is read: `Rows`)."""
+        t = time.perf_counter_ns()
+        row = rows[j]
+        self.model_ns += time.perf_counter_ns() - t
+        return row
 
     def steps(self) -> Steps:
         self.started = time.perf_counter_ns()
@@ -196,9 +204,11 @@ class _Run:
                     draft, draft_forced = proposed.tokens, proposed.forced
                     self.costs[-1] += time.perf_counter_ns() - t2
                 if not draft:
+                    t2 = time.perf_counter_ns()
                     only = None if self.few is None or m is None else [self.few.of(m)]
-                    logits = (yield from self._call(ModelCall(new, [len(new) - 1],
-                                                              only=only)))[0]
+                    self.costs[-1] += time.perf_counter_ns() - t2
+                    logits = self._row((yield from self._call(
+                        ModelCall(new, [len(new) - 1], only=only))), 0)
                     continue
                 assert m is not None
                 kept, pending, logits = yield from self._verify(new, draft, m,
@@ -215,8 +225,7 @@ class _Run:
         return self._done(self.tok.decode_bytes(self.out), finish, None)
 
     def _verify(self, new: list[int], draft: list[int], m: Matcher, *, probe: bool = False
-                ) -> Generator[ModelCall, NDArray[np.float32],
-                               tuple[int, int | None, NDArray[np.float32]]]:
+                ) -> Generator[ModelCall, Rows, tuple[int, int | None, NDArray[np.float32]]]:
         """Evaluate `new` and the draft with logits at every position, in calls of at most
         `exact_batch` tokens, checking each draft token as its logits come: how many the
         picker chooses in a row (committed to `m`), its own choice where it first disagrees
@@ -224,34 +233,37 @@ class _Run:
 
         `probe`: the first call takes one draft token only. A prompt-lookup draft is all or
         nothing as a rule: about half are wrong from their first token, the rest mostly kept
-        whole (measured on the bench cases), and each logits row costs (a call of 2 tokens
-        33 ms, of 7 86 ms, on Gemma 3 270M here); a kept draft costs the same calls either
-        way, only in another order."""
+        whole (measured on the bench cases), and each token of a call costs (Gemma 3 270M
+        here: ~3 ms a token up to the hidden state, ~8 ms more for a row a runtime computes
+        whether read or not, as a batch's); a kept draft costs the same calls either way,
+        only in another order."""
         seq = new + draft
         done = 0  # tokens of `seq` evaluated
         while True:
             step = self.model.exact_batch or len(seq)  # (it may shrink as the sequence grows)
             size = min(step, len(new) + 1) if probe and not done else step
             chunk = seq[done:done + size]
+            t2 = time.perf_counter_ns()
             only = None if self.few is None else self.few.along(
                 m, draft, done - len(new) + 1, len(chunk))
+            self.costs[-1] += time.perf_counter_ns() - t2
             rows = yield from self._call(ModelCall(chunk, range(len(chunk)), only=only))
-            t2 = time.perf_counter_ns()
             for j in range(len(chunk)):
                 i = done + j - len(new) + 1  # rows[j] chooses draft[i]
                 if i < 0:
                     continue
+                row = self._row(rows, j)
                 if i == len(draft):
-                    self.costs[-1] += time.perf_counter_ns() - t2
-                    return len(draft), None, rows[j]
-                choice = self.picker.pick(rows[j], m)
+                    return len(draft), None, row
+                t2 = time.perf_counter_ns()
+                choice = self.picker.pick(row, m)
                 if choice != draft[i]:
                     self.rollback(done + len(chunk) - len(new) - i)
                     self.costs[-1] += time.perf_counter_ns() - t2
-                    return i, choice, rows[j]
+                    return i, choice, row
                 if not m.accept_tokens([draft[i]]):
                     raise dead_end(m)
-            self.costs[-1] += time.perf_counter_ns() - t2
+                self.costs[-1] += time.perf_counter_ns() - t2
             done += len(chunk)
 
     def _commit(self, new: list[int]) -> None:

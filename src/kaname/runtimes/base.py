@@ -55,15 +55,27 @@ class Runtime(ModelFacts, Protocol):
         ...
 
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int],
-                 only: Only = None) -> NDArray[np.float32]:
+                 only: Only = None) -> Rows:
         """Append `tokens` in one call; for each index i of `logits_at` (ascending), the logits
-        for the token after `tokens[:i + 1]`, as the rows of a fresh array. A draft is checked
-        this way: the sampled token and its drafts in one model call. `only`: see `Only`."""
+        for the token after `tokens[:i + 1]`, as the rows of a fresh array, or of `Rows` that
+        computes each when it is read. A draft is checked this way: the sampled token and its
+        drafts in one model call. `only`: see `Only`."""
         ...
 
     def rollback(self, n: int) -> None:
         """Forget the last `n` appended tokens (their KV cells), as if never evaluated."""
         ...
+
+
+class Rows(Protocol):
+    """A call's logits rows, by their index in `logits_at`. An array is one; a runtime may
+    instead compute a row only when it is read (`LlamaCppRuntime`: from the final hidden
+    state), so that a caller reads only the rows it needs (a draft's, up to its first rejected
+    token). A row read stays valid after the runtime's next call."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, k: int, /) -> NDArray[np.float32]: ...
 
 
 # Per row of `logits_at`, None or the token ids the caller will take the argmax of and read

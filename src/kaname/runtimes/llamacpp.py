@@ -1,8 +1,10 @@
 """GGUF models through llama-cpp-python's low-level API.
 
 Low-level on purpose: logits are read with `llama_get_logits_ith` at the positions asked for
-(the output layer is most of a small model's cost per position), a sampled token and its
-drafts go to the model in one `llama_decode`, the KV cache is kept for the longest common
+(the output layer is most of a small model's cost per position), or, for one sequence, a call
+stops at the final hidden state and each row is computed from it when it is read (a few
+tokens' logits, or the whole row by ggml's kernel: `output_layer.py`, `ggml_matvec.py`), a
+sampled token and its drafts go to the model in one `llama_decode`, the KV cache is kept for the longest common
 prefix of consecutive prompts, and several sequences (`n_seq`, each its own `seq_id` and KV
 stream) share one `llama_decode` a step (`batched`).
 """
@@ -23,7 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import ModelError
-from .base import ModelCall, Only, OverRuntime
+from .base import ModelCall, Only, OverRuntime, Rows
+from .ggml_matvec import MatVec
 from .output_layer import output_layer
 
 try:
@@ -51,6 +54,11 @@ def _backend() -> None:
             _initialised = True
 
 
+def _ggml_dir() -> Path:
+    """Where llama-cpp-python keeps ggml's libraries (beside libllama)."""
+    return Path(lc.llama_cpp._lib._name).parent
+
+
 class _FinalHidden:
     """The final hidden state (llama.cpp's `result_norm`, just before the output layer) read
     out of the graph through ggml's eval callback, which can also end the computation there:
@@ -60,7 +68,7 @@ class _FinalHidden:
     NODE = b"result_norm"
 
     def __init__(self, n_embd: int):
-        lib = ctypes.CDLL(str(Path(lc.llama_cpp._lib._name).with_name("libggml-base.so")))
+        lib = ctypes.CDLL(str(_ggml_dir() / "libggml-base.so"))
         self._name = lib.ggml_get_name
         self._name.restype, self._name.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
         self._data = lib.ggml_get_data_f32
@@ -320,8 +328,9 @@ class LlamaCppRuntime:
         `n_ctx`: the memory of one sequence's context, whatever `n_seq`) where a cell holding a
         prompt prefix serves every sequence that shares it; the batch's scheduler admits
         sequences while their prompts and budgets fit the pool (`LlamaCppBatch.capacity`).
-        `few_rows`: answer `evaluate`'s `only` rows from the final hidden state without the
-        output layer (one sequence, a Q8_0 output layer; else full rows)."""
+        `few_rows`: `evaluate` stops at the final hidden state and computes each row from it
+        when it is read: `only` rows without the output layer, whole ones by ggml (one
+        sequence, a Q8_0 output layer; else llama.cpp's rows, all computed in the call)."""
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
         if n_seq < 1:
@@ -352,9 +361,12 @@ class LlamaCppRuntime:
         # plain weights, a Q8_0 output layer (output_layer.py), checked below.
         self._layer = output_layer(path) if few_rows and n_seq == 1 else None
         self._final: _FinalHidden | None = None
+        self._matvec: MatVec | None = None
         if self._layer is not None:
             try:
                 self._final = _FinalHidden(self._layer.n_embd)
+                self._matvec = MatVec(_ggml_dir(), self._layer.weights, self._layer.n_embd,
+                                      threads)
                 params.cb_eval = self._final.callback
             except (OSError, AttributeError):  # ggml's library not where this build keeps it
                 self._layer = None
@@ -376,10 +388,11 @@ class LlamaCppRuntime:
             self._layer = None
 
     def _layer_agrees(self) -> bool:
-        """Whether the rows from the hidden state are the output layer's, within their error
-        bounds, on one token: a model whose last layers are not what output_layer.py assumes
-        (a logit soft cap, a scale) gets full rows."""
+        """Whether the rows from the hidden state are the output layer's on one token: the
+        whole row bit for bit, a few within their error bounds. A model whose last layers are
+        not what output_layer.py assumes (a logit soft cap, a scale) gets llama.cpp's rows."""
         assert self._final is not None and self._layer is not None
+        assert self._matvec is not None
         token = max(lc.llama_vocab_bos(self._v.vocab), 0)  # (-1: the model has no BOS)
         self._final.armed = True
         try:
@@ -393,7 +406,8 @@ class LlamaCppRuntime:
         ids = np.concatenate([np.argsort(row)[-64:],
                               np.linspace(0, self._n_vocab - 1, 64).astype(np.int64)])
         rows = self._layer.rows(hidden[0], ids)
-        return bool(np.all(np.abs(rows.logits - row[ids]) <= rows.error))
+        return bool(np.all(np.abs(rows.logits - row[ids]) <= rows.error)
+                    and np.array_equal(self._matvec(hidden[0]), row))
 
     @property
     def exact_batch(self) -> int:
@@ -444,52 +458,33 @@ class LlamaCppRuntime:
         return self.evaluate(tokens, [len(tokens) - 1])[0]
 
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int],
-                 only: Only = None) -> NDArray[np.float32]:
-        if self._layer is None or only is None or all(ids is None for ids in only):
+                 only: Only = None) -> Rows:
+        few = only is not None and any(ids is not None for ids in only)
+        if self._layer is None or (len(logits_at) == 1 and not few):
             want = set(logits_at)
             rows = self._decode([(0, t, i in want) for i, t in enumerate(tokens)])
             return _as_asked(rows, logits_at)
-        return self._evaluate_few(tokens, dict(zip(logits_at, only, strict=True)),
-                                  list(logits_at))
+        # One call up to the final hidden state; each row from it when it is read (a draft's
+        # rows past its first rejected token never are).
+        want = set(logits_at)
+        hidden = self._hidden([(0, t, i in want) for i, t in enumerate(tokens)])
+        order = sorted(want)
+        return _RowsFromHidden(self, hidden[[order.index(at) for at in logits_at]],
+                               list(only) if only is not None else [None] * len(logits_at))
 
-    def _evaluate_few(self, tokens: Sequence[int], ids_at: dict[int, NDArray[np.int64] | None],
-                      logits_at: list[int]) -> NDArray[np.float32]:
-        """`evaluate` where some rows need a few tokens' logits only: a stretch of tokens
-        whose rows all need few is decoded up to the hidden state (no output layer), a row
-        that needs all of it ends a call of its own, and a near tie among the few (their
-        argmax unsure within the error bounds) is decoded again with its full row. Calls of
-        up to `exact_batch` tokens give the rows of one token a call, however split."""
-        assert self._layer is not None and self._final is not None
-        rows = np.empty((len(logits_at), self._n_vocab), dtype=np.float32)
-        index = {at: k for k, at in enumerate(logits_at)}
-        i = 0
-        while i < len(tokens):
-            j = i  # the stretch tokens[i:j] needs no full row
-            while j < len(tokens) and not (j in ids_at and ids_at[j] is None):
-                j += 1
-            few = [k for k in range(i, j) if k in ids_at]
-            if not few:
-                end = min(j + 1, len(tokens))
-                full = self._decode([(0, tokens[k], k == j) for k in range(i, end)])
-                if j < len(tokens):
-                    rows[index[j]] = full[0]
-                i = end
-                continue
-            hidden = self._hidden([(0, tokens[k], k in ids_at) for k in range(i, j)])
-            i = j
-            for h, k in zip(hidden, few, strict=True):
-                ids = ids_at[k]
-                assert ids is not None
-                scored = self._layer.rows(h, ids)
-                if not scored.decided():  # from token k on again, its row in full
-                    self._rollback(0, j - k)
-                    rows[index[k]] = self._decode([(0, tokens[k], True)])[0]
-                    i = k + 1
-                    break
-                rows[index[k]] = -np.inf
-                rows[index[k], ids] = scored.logits
+    def _row(self, hidden: NDArray[np.float32], ids: NDArray[np.int64] | None
+             ) -> NDArray[np.float32]:
+        """The logits row of a final hidden state: where greedy reads only `ids`, their logits
+        alone (-inf elsewhere) if those decide the argmax; else the whole row."""
+        assert self._layer is not None and self._matvec is not None
+        if ids is not None:
+            scored = self._layer.rows(hidden, ids)
+            if scored.decided():
                 self.few_rows += 1
-        return rows
+                row = np.full(self._n_vocab, -np.inf, dtype=np.float32)
+                row[ids] = scored.logits
+                return row
+        return self._matvec(hidden)
 
     def _hidden(self, items: Sequence[tuple[int, int, bool]]) -> NDArray[np.float32]:
         """Decode `items` (one call) up to the final hidden state: its rows wanted."""
@@ -591,6 +586,33 @@ def _as_asked(rows: NDArray[np.float32], logits_at: Sequence[int]) -> NDArray[np
     """Rows decoded in ascending position, in the order `logits_at` asks for them."""
     order = sorted(logits_at)
     return rows if list(logits_at) == order else rows[[order.index(i) for i in logits_at]]
+
+
+class _RowsFromHidden:
+    """A call's logits rows, each computed from its final hidden state when first read: the
+    few allowed tokens' logits (`output_layer.py`) where they decide the argmax, else the
+    whole row (`ggml_matvec.py`, the same bits as llama.cpp's)."""
+
+    def __init__(self, runtime: LlamaCppRuntime, hidden: NDArray[np.float32],
+                 ids: list[NDArray[np.int64] | None]):
+        self._runtime = runtime
+        self._hidden = hidden
+        self._ids = ids
+        self._rows: dict[int, NDArray[np.float32]] = {}
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, k: int) -> NDArray[np.float32]:
+        if not 0 <= k < len(self._ids):
+            raise IndexError(k)
+        row = self._rows.get(k)
+        if row is None:
+            row = self._rows[k] = self._runtime._row(self._hidden[k], self._ids[k])
+        return row
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> NDArray[np.float32]:
+        return np.stack([self[k] for k in range(len(self))]).astype(dtype or np.float32)
 
 
 class LlamaCppBatch(OverRuntime):

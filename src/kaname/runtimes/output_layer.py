@@ -62,7 +62,7 @@ class OutputLayer:
     """The rows of a Q8_0 output layer, read from the GGUF file (memory-mapped)."""
 
     def __init__(self, weights: NDArray[np.void], n_embd: int):
-        self._w = weights
+        self.weights = weights  # (n_vocab, n_embd / 32) Q8_0 blocks
         self.n_embd = n_embd
 
     def rows(self, hidden: NDArray[np.float32], ids: NDArray[np.integer]) -> Rows:
@@ -74,7 +74,7 @@ class OutputLayer:
         q = np.rint(y)  # ggml's AVX code rounds to nearest even, as rint does
         near_tie = np.abs(np.abs(y - np.trunc(y)) - 0.5) < _TIE
         d = (amax / np.float32(127)).astype(np.float16).astype(np.float64)  # stored as f16
-        w = self._w[np.asarray(ids)]
+        w = self.weights[np.asarray(ids)]
         wd = w["d"].astype(np.float64) * d[None]  # (ids, blocks)
         wq = w["q"].astype(np.int32)
         terms = wd * np.einsum("kbi,bi->kb", wq, q.astype(np.int32))
