@@ -67,6 +67,19 @@ def test_sampling_asks_for_full_rows(random_runtime, compiled_sample):
     assert seen.narrow == 0
 
 
+def test_a_runtime_that_reads_no_only_is_asked_none(random_runtime, compiled_sample):
+    """Where the runtime answers every row in full anyway (a batch's step), the loop does not
+    work out the few ids (a mask per forced position) for nothing."""
+    compiled, _ = compiled_sample
+    for answers, asked in ((True, True), (False, False)):
+        seen = _Rows(random_runtime, full=False)
+        seen.answers_only = answers
+        for _, c in compiled[:10]:
+            decode(seen, random_runtime.tokenize(PROMPT), c.new_matcher(), SamplingParams(),
+                   max_tokens=100)
+        assert (seen.narrow > 0) == asked
+
+
 # ---------------------------------------------------------------------------------------------
 # The embedded model
 

@@ -127,7 +127,7 @@ class _Run:
         self.drafter = Drafter(self.tok, prompt) if self.drafting == "verify" else None
         # greedy reads only the allowed tokens' logits: where they are few, ask for them alone
         self.few = (FewAllowed(MaskBuffer(model.n_vocab, self.tok.vocab_size), self.eos)
-                    if matcher is not None and params.greedy else None)
+                    if matcher is not None and params.greedy and model.answers_only else None)
         self.draft_room = draft_room
         self.out: list[int] = []
         self.text = b""  # of `out`, kept only where stop strings are watched

@@ -36,6 +36,12 @@ class ModelFacts(Protocol):
         that they never change an answer, not even at a near tie."""
         ...
 
+    @property
+    def answers_only(self) -> bool:
+        """Whether `evaluate` reads `only` (see `Only`); where it does not, the loop does not
+        work out the few ids it would ask for."""
+        ...
+
     def tokenize(self, text: str) -> list[int]:
         """Prompt text to tokens, with the model's BOS where it wants one."""
         ...

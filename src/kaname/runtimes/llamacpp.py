@@ -3,10 +3,10 @@
 Low-level on purpose: logits are read with `llama_get_logits_ith` at the positions asked for
 (the output layer is most of a small model's cost per position), or, for one sequence, a call
 stops at the final hidden state and each row is computed from it when it is read (a few
-tokens' logits, or the whole row by ggml's kernel: `output_layer.py`, `ggml_matvec.py`), a
-sampled token and its drafts go to the model in one `llama_decode`, the KV cache is kept for the longest common
-prefix of consecutive prompts, and several sequences (`n_seq`, each its own `seq_id` and KV
-stream) share one `llama_decode` a step (`batched`).
+tokens' logits, or the whole row by ggml's kernel: `output_layer.py`, `ggml_matvec.py`); a
+sampled token and its drafts go to the model in one `llama_decode`, the KV cache is kept for
+the longest common prefix of consecutive prompts, and several sequences (`n_seq`, each its own
+`seq_id` and KV stream) share one `llama_decode` a step (`batched`).
 """
 
 from __future__ import annotations
@@ -410,6 +410,10 @@ class LlamaCppRuntime:
                     and np.array_equal(self._matvec(hidden[0]), row))
 
     @property
+    def answers_only(self) -> bool:
+        return self._layer is not None
+
+    @property
     def exact_batch(self) -> int:
         """The most tokens the next call may hold and give the rows of one token a call (see
         `_EXACT_BATCH` and `_EXACT_CELLS`)."""
@@ -637,6 +641,7 @@ class LlamaCppBatch(OverRuntime):
         self.max_sequences = max_sequences
         self.prefill_chunk = prefill_chunk
         self.exact_batch = runtime._exact  # (a batched step takes other kernels anyway)
+        self.answers_only = False  # every row in full, in the step
         self.n_ctx: int | None = runtime.n_ctx
         self.capacity: int | None = runtime.kv_cells
         self._prefilling: set[int] = set()  # slots whose fresh prompt is partly in
