@@ -464,7 +464,7 @@ class LlamaCppRuntime:
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int],
                  only: Only = None) -> Rows:
         few = only is not None and any(ids is not None for ids in only)
-        if self._layer is None or (len(logits_at) == 1 and not few):
+        if self._layer is None or (len(logits_at) <= 1 and not few):
             want = set(logits_at)
             rows = self._decode([(0, t, i in want) for i, t in enumerate(tokens)])
             return _as_asked(rows, logits_at)
@@ -608,8 +608,9 @@ class _RowsFromHidden:
         return len(self._ids)
 
     def __getitem__(self, k: int) -> NDArray[np.float32]:
-        if not 0 <= k < len(self._ids):
+        if not -len(self._ids) <= k < len(self._ids):
             raise IndexError(k)
+        k %= len(self._ids)
         row = self._rows.get(k)
         if row is None:
             row = self._rows[k] = self._runtime._row(self._hidden[k], self._ids[k])
