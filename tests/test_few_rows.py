@@ -193,6 +193,25 @@ def test_a_row_is_computed_when_it_is_read_and_is_llamacpps_bit_for_bit(llama_pa
 
 
 @pytest.mark.model
+def test_a_call_longer_than_n_batch_keeps_every_hidden_row(llama_pair):
+    """A call of more tokens than `n_batch` is several `llama_decode`s: the rows of each are
+    kept, in order."""
+    from kaname.runtimes.llamacpp import LlamaCppRuntime
+
+    _, full = llama_pair
+    small = LlamaCppRuntime.default(n_ctx=512, n_batch=2)
+    prompt = small.tokenize("Shipment 77 left Kobe on")
+    small.start(prompt)
+    full.start(prompt)
+    tokens = small.tokenizer.tokenize_str(" 9 June with two crates")[:5]
+    rows = small.evaluate(tokens, range(len(tokens)))
+    one_by_one = np.stack([full.evaluate([t], [0])[0] for t in tokens])
+    assert np.array_equal(np.asarray(rows), one_by_one)
+    with pytest.raises(ValueError, match="only has 1 entries for 2 rows"):
+        small.evaluate([5, 6], [0, 1], [None])
+
+
+@pytest.mark.model
 def test_without_ggmls_product_the_runtime_reads_llamacpps_rows(monkeypatch):
     """ggml's library not loadable, or a product that is not llama.cpp's to the bit: the
     runtime loads all the same and answers with llama.cpp's rows (no rows from the hidden

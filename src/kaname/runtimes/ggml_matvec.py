@@ -14,6 +14,7 @@ Through ggml's C API (ctypes), on buffers that wrap our own memory: no copy of t
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,7 @@ class MatVec:
 
         n_rows = weights.shape[0]
         self._w = weights  # kept alive: ggml reads it in place
+        self._lock = threading.Lock()  # one input, output and work buffer for all callers
         self._x = _aligned(n_embd)
         self._y = _aligned(n_rows)
         self._ctx = init(_InitParams(overhead() * 4 + graph_overhead(), None, True))
@@ -99,10 +101,11 @@ class MatVec:
 
     def __call__(self, vector: NDArray[np.float32]) -> NDArray[np.float32]:
         """The product, as a fresh array."""
-        self._x[:] = vector
-        if self._compute(self._backend, self._graph) != 0:
-            raise OSError("ggml could not compute the output layer")
-        return self._y.copy()
+        with self._lock:
+            self._x[:] = vector
+            if self._compute(self._backend, self._graph) != 0:
+                raise OSError("ggml could not compute the output layer")
+            return self._y.copy()
 
     def __del__(self) -> None:
         try:

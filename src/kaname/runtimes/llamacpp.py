@@ -79,7 +79,7 @@ class _FinalHidden:
         self.n_embd = n_embd
         self.armed = False
         self.stop = False
-        self.hidden: NDArray[np.float32] | None = None
+        self.parts: list[NDArray[np.float32]] = []
         self.callback = lc.ggml_backend_sched_eval_callback(self._on_node)
 
     def _on_node(self, tensor: int, ask: bool, _user: int) -> bool:
@@ -88,9 +88,15 @@ class _FinalHidden:
         if ask:
             return self._name(tensor) == self.NODE
         n = self._count(tensor)
-        self.hidden = np.ctypeslib.as_array(self._data(tensor), shape=(n,)).reshape(
-            -1, self.n_embd).copy()
+        self.parts.append(np.ctypeslib.as_array(self._data(tensor), shape=(n,)).reshape(
+            -1, self.n_embd).copy())
         return not self.stop
+
+    def take(self) -> NDArray[np.float32] | None:
+        """The rows read since the last `take` (a call longer than `n_batch` is several
+        `llama_decode`s, each its part), in order; None where the graph gave none."""
+        parts, self.parts = self.parts, []
+        return np.concatenate(parts) if parts else None
 
 
 def _is_placeholder(piece: bytes) -> bool:
@@ -394,10 +400,11 @@ class LlamaCppRuntime:
         assert self._final is not None and self._layer is not None
         assert self._matvec is not None
         token = max(lc.llama_vocab_bos(self._v.vocab), 0)  # (-1: the model has no BOS)
-        self._final.armed = True
+        self._final.take()
         try:
+            self._final.armed = True
             row = self._decode([(0, token, True)])[0]
-            hidden = self._final.hidden
+            hidden = self._final.take()
         finally:
             self._final.armed = False
             self._rollback(0, 1)
@@ -470,6 +477,8 @@ class LlamaCppRuntime:
             return _as_asked(rows, logits_at)
         # One call up to the final hidden state; each row from it when it is read (a draft's
         # rows past its first rejected token never are).
+        if only is not None and len(only) != len(logits_at):
+            raise ValueError(f"only has {len(only)} entries for {len(logits_at)} rows")
         want = set(logits_at)
         hidden = self._hidden([(0, t, i in want) for i, t in enumerate(tokens)])
         order = sorted(want)
@@ -494,15 +503,16 @@ class LlamaCppRuntime:
         """Decode `items` (one call) up to the final hidden state: its rows wanted."""
         assert self._final is not None
         final = self._final
-        final.armed = final.stop = True
-        final.hidden = None
+        final.take()
         try:
+            final.armed = final.stop = True
             self._decode(items, read=False)
         finally:
             final.armed = final.stop = False
-        if final.hidden is None:
+        hidden = final.take()
+        if hidden is None or len(hidden) != sum(w for _, _, w in items):
             raise ModelError("llama.cpp's graph has no final hidden state to read")
-        return final.hidden
+        return hidden
 
     def rollback(self, n: int) -> None:
         self._rollback(0, n)
