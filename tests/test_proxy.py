@@ -26,7 +26,7 @@ from kaname.runtimes.synthetic import synthetic_tokenizer
 
 MODEL = ("--model", "random", "--format", "qwen3")
 N_TOOL_REQUESTS = 120
-MAX_TOKENS = 300
+MAX_TOKENS = 400  # the random model splits forced text as finely as masks allow
 FAULT_TIMEOUT = 4.0  # --request-timeout of the proxy in front of the fake upstream
 
 # ---- a small, varied tool set (plus a few JSONSchemaBench Glaiveai2K schemas) ---------------
