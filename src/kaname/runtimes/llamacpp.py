@@ -471,18 +471,16 @@ class LlamaCppRuntime:
     def evaluate(self, tokens: Sequence[int], logits_at: Sequence[int],
                  only: Only = None) -> Rows:
         few = only is not None and any(ids is not None for ids in only)
+        want = set(logits_at)
         if self._layer is None or (len(logits_at) <= 1 and not few):
-            want = set(logits_at)
             rows = self._decode([(0, t, i in want) for i, t in enumerate(tokens)])
             return _as_asked(rows, logits_at)
         # One call up to the final hidden state; each row from it when it is read (a draft's
         # rows past its first rejected token never are).
         if only is not None and len(only) != len(logits_at):
             raise ValueError(f"only has {len(only)} entries for {len(logits_at)} rows")
-        want = set(logits_at)
         hidden = self._hidden([(0, t, i in want) for i, t in enumerate(tokens)])
-        order = sorted(want)
-        return _RowsFromHidden(self, hidden[[order.index(at) for at in logits_at]],
+        return _RowsFromHidden(self, _as_asked(hidden, logits_at),
                                list(only) if only is not None else [None] * len(logits_at))
 
     def _row(self, hidden: NDArray[np.float32], ids: NDArray[np.int64] | None
@@ -597,8 +595,9 @@ class LlamaCppRuntime:
 
 
 def _as_asked(rows: NDArray[np.float32], logits_at: Sequence[int]) -> NDArray[np.float32]:
-    """Rows decoded in ascending position, in the order `logits_at` asks for them."""
-    order = sorted(logits_at)
+    """Rows decoded in ascending position, one per position, in the order `logits_at` asks
+    for them (a position asked twice gets its row twice)."""
+    order = sorted(set(logits_at))
     return rows if list(logits_at) == order else rows[[order.index(i) for i in logits_at]]
 
 
