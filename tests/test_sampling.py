@@ -160,6 +160,45 @@ def test_kept_set_on_a_262k_row():
             assert row.top_p_keeps(int(i), top_p) == (int(i) in inside), (top_p, i)
 
 
+def test_refused_runs_give_the_full_sorts_top_and_weights():
+    """A refused set that repeats (free text's) is handled by its runs: zeroed by slices, and
+    the top allowed token found by one argmax between them. Both must be what the scatter and
+    the full sort give, runs at either end and ties included (the first id of equal maxima
+    ranks first)."""
+    rng = np.random.default_rng(31)
+    for case in range(300):
+        n = int(rng.integers(2, 3 * BLOCK))
+        z = (rng.standard_normal(n) * 2).astype(np.float32)
+        if case % 2:
+            z = np.round(z).astype(np.float32)  # ties everywhere
+        allowed = np.ones(n, dtype=bool)
+        for _ in range(int(rng.integers(1, 6))):
+            a = int(rng.integers(0, n))
+            allowed[a: a + int(rng.integers(1, n // 2 + 2))] = False
+        if case % 3 == 0:
+            allowed[int(np.argmax(z))] = False  # the top itself refused
+        if not allowed.any():
+            allowed[int(rng.integers(n))] = True
+        refused = np.flatnonzero(~allowed)
+        row = Tempered(n)
+        row.set(z, 0.8)
+        row.refuse(refused)  # first sight: scattered
+        row.set(z, 0.8)
+        row.refuse(refused)  # the same array again: by its runs
+        assert row._runs_of(refused) is not None or not len(refused)
+        scattered = Tempered(n)
+        scattered.set(z, 0.8)
+        scattered.refuse(refused.copy())
+        np.testing.assert_array_equal(row.weights, scattered.weights)
+        allows = allowed.__getitem__
+        expected, _ = reference(z, allowed, 0.8)
+        assert row._first(allows, refused) == expected[0], case
+        for min_p in (0.05, 0.5):
+            kept, _ = reference(z, allowed, 0.8, min_p=min_p)
+            got = row.prefix(0, min_p, allows, ranked=False, refused=refused)
+            assert set(got.tolist()) == set(kept.tolist()), case
+
+
 def test_a_row_reused_at_other_lengths_keeps_the_same_sets():
     """One buffer for rows of several lengths (not multiples of 8, shorter after longer): the
     flags past a row's end never count, with the row tempered or not (top_k and min_p alone

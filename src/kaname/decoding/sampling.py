@@ -141,7 +141,9 @@ class TokenPicker:
         if p.top_p >= 1 and (p.top_k or p.min_p > 0):
             # top_k and min_p read the top of the row alone: the mask is asked about those
             # tokens, and the row is never masked
-            kept = row.prefix(p.top_k, p.min_p, allows, ranked=False)
+            if refused is None:  # (known once the grammar's mask repeats: free text)
+                refused = self.masks.refused_ids()
+            kept = row.prefix(p.top_k, p.min_p, allows, ranked=False, refused=refused)
             if len(kept) == 0:
                 raise dead_end(matcher)
             return row.draw_among(kept, self.rng)

@@ -48,6 +48,7 @@ _SUBSAMPLE = 4096
 _CHUNK = 32768
 _LANES8 = np.arange(8, dtype=np.int64)
 _FEW_WORDS = 512
+_FEW_RUNS = 64
 
 # Which of some token ids the grammar allows (MaskBuffer.allows).
 Allows = Callable[[NDArray[np.int64]], NDArray[np.bool_]]
@@ -71,6 +72,10 @@ class Tempered:
         self._total = 0.0
         self._summed = False
         self._chunked: tuple[int, list[float], list[int]] | None = None
+        # (the ids `prefix` kept last and their weights, for `draw_among`)
+        self._among: tuple[NDArray[np.int64], NDArray[np.float64]] | None = None
+        # (the last refused ids, and their runs once they come again)
+        self._runs: tuple[NDArray[np.int64], list[tuple[int, int]] | None] | None = None
         self._sums = np.zeros(size // self.block, dtype=np.float32)
         self._cum = np.zeros(size // self.block, dtype=np.float64)
 
@@ -95,6 +100,7 @@ class Tempered:
             raise ValueError("a logits row without a finite maximum")
         self.weighed = weigh
         self._summed = False
+        self._among = None
         if not weigh:
             return
         scale = _MAX_SCALE if temperature * _MAX_SCALE < 1 else 1.0 / temperature
@@ -108,13 +114,32 @@ class Tempered:
         """Weigh `ids` zero (ids < n, ascending)."""
         if not len(ids):
             return
-        self._w[ids] = 0
+        runs = self._runs_of(ids)
+        if runs is not None:
+            for a, b in runs:
+                self._w[a:b] = 0
+        else:
+            self._w[ids] = 0
         if self._summed:  # sum again only the blocks touched (free text: a few, at the ends)
             blocks = np.unique(ids // self.block)
             self._sums[blocks] = self._w.reshape(-1, self.block)[blocks].sum(axis=1)
             np.cumsum(self._sums, dtype=np.float64, out=self._cum)
             self._total = float(self._cum[-1])
             self._chunked = None
+
+    def _runs_of(self, ids: NDArray[np.int64]) -> list[tuple[int, int]] | None:
+        """`ids` (ascending) as a few runs [a, b) of consecutive ids, when the same array came
+        last time too (free text refuses the same ids at every step: Gemma's, 6 runs holding
+        6,397 ids, 6,145 of them in one), else None. A few slices cost less than a scatter,
+        and the tokens between them are the allowed ones."""
+        if self._runs is None or self._runs[0] is not ids:
+            self._runs = (ids, None)
+        elif self._runs[1] is None:
+            cut = np.flatnonzero(np.diff(ids) != 1) + 1
+            starts, stops = ids[np.r_[0, cut]], ids[np.r_[cut - 1, len(ids) - 1]] + 1
+            found = list(zip(starts.tolist(), stops.tolist(), strict=True))
+            self._runs = (ids, found if len(found) <= _FEW_RUNS else [])
+        return self._runs[1] or None
 
     def keep(self, allowed: NDArray[np.bool_]) -> None:
         """Weigh zero what `allowed` (one flag per id from 0; ids beyond it) does not allow."""
@@ -170,9 +195,13 @@ class Tempered:
     def draw_among(self, ids: NDArray[np.int64], rng: np.random.Generator) -> int:
         """One of `ids` (non-empty), with probability proportional to its weight: their own
         softmax, in float64 (the reference's), from their logits alone."""
-        z = self.z[ids].astype(np.float64)
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            w = np.exp((z - z.max()) / self.temperature)  # an extreme T: 0s and the top's 1
+        if self._among is not None and self._among[0] is ids:  # weighed by `prefix` already
+            w = self._among[1]
+        else:
+            z = self.z[ids].astype(np.float64)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                w = np.exp((z - z.max()) / self.temperature)  # an extreme T: 0s and the top's 1
+        self._among = None
         c = np.cumsum(w)
         j = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
         if j >= len(c):
@@ -243,9 +272,14 @@ class Tempered:
         if self._chunked is None:  # (a few chunks: Python floats cost less than numpy calls)
             per = max(1, _CHUNK // self.block)
             blocks = -(-self.n // self.block)  # the blocks the row covers
-            ends = self._cum[[min(j + per, blocks) - 1 for j in range(0, blocks, per)]].tolist()
+            ends = self._cum[per - 1: blocks: per].tolist()  # (a slice: no index list)
+            if blocks % per:
+                ends.append(float(self._cum[blocks - 1]))
             masses = [b - a for a, b in zip([0.0, *ends], ends, strict=False)]
-            order = list(range(len(masses) - 1, -1, -1))
+            # light chunks (refused tokens: Gemma's free text refuses the last 6,145) last:
+            # the first chunk read proves a draw kept only if it weighs enough
+            light = 0.9 * ends[-1] / len(masses)
+            order = sorted(range(len(masses) - 1, -1, -1), key=lambda k: masses[k] < light)
             heaviest = max(order, key=masses.__getitem__)
             if masses[heaviest] >= 0.25 * ends[-1]:
                 order.remove(heaviest)
@@ -254,12 +288,13 @@ class Tempered:
         return self._chunked
 
     def prefix(self, top_k: int = 0, min_p: float = 0.0, allows: Allows | None = None, *,
-               ranked: bool = True) -> NDArray[np.int64]:
+               ranked: bool = True, refused: NDArray[np.int64] | None = None
+               ) -> NDArray[np.int64]:
         """The tokens `allows` allows (None: all) that top_k and/or min_p keep; in rank order
         if `ranked` or top_k, else ascending. Only logits and `allows` are read, so the row
-        need not be masked."""
+        need not be masked. `refused`: the ids `allows` refuses, if known (see `_first`)."""
         if min_p > 0:
-            top = self._first(allows)
+            top = self._first(allows, refused)
             zt, t = float(self.z[top]), self.temperature
             # the logits within t * ln(1 / min_p) of the top one, with room for rounding; the
             # float64 test then decides as the reference does
@@ -270,8 +305,12 @@ class Tempered:
                 ids = ids[allows(ids)]
             z = self.z[ids].astype(np.float64)
             with np.errstate(over="ignore", invalid="ignore"):
-                ids = ids[np.exp((z - zt) / t) >= min_p]
+                e = np.exp((z - zt) / t)
+            kept = e >= min_p
+            ids = ids[kept]
             if not (ranked or top_k):
+                # their weights relative to the top, as `draw_among` computes them
+                self._among = (ids, e[kept])
                 return ids
         else:
             ids = self._over_threshold(top_k, allows)
@@ -284,9 +323,10 @@ class Tempered:
         n = self.n
         flags = self._flags[: -(-n // 8) * 8]  # False past n
         np.greater_equal(self.z, g, out=flags[:n])
-        words = np.flatnonzero(flags.view(np.uint64) != 0)  # (nonzero on uint64: ~7x slower)
-        if len(words) > _FEW_WORDS:  # many: unpacking them costs more than nonzero itself
+        held = flags.view(np.uint64) != 0  # (nonzero on uint64 itself: ~7x slower)
+        if np.count_nonzero(held) > _FEW_WORDS:  # many: unpacking costs more than nonzero
             return np.flatnonzero(flags[:n])
+        words = np.flatnonzero(held)
         hits = flags.reshape(-1, 8)[words]
         return (words[:, None] * 8 + _LANES8)[hits]
 
@@ -314,12 +354,25 @@ class Tempered:
             k *= 8
         return self.cut_top_p(rank(ids, self.z), top_p)
 
-    def _first(self, allows: Allows | None) -> int:
-        """The top-ranked token `allows` allows."""
+    def _first(self, allows: Allows | None, refused: NDArray[np.int64] | None = None) -> int:
+        """The top-ranked token `allows` allows. `refused`: the ids it refuses, if known; when
+        they are a few runs, one argmax over the stretches between them finds it."""
         if allows is None or allows(np.array([self.top_id]))[0]:
             return self.top_id
-        ids = self._over_threshold(1, allows)
-        return int(ids[np.argmax(self.z[ids])])  # ascending ids: the first maximum ranks first
+        runs = self._runs_of(refused) if refused is not None and len(refused) else None
+        if runs is None:
+            ids = self._over_threshold(1, allows)
+            return int(ids[np.argmax(self.z[ids])])  # ascending: the first maximum ranks first
+        best, at = -np.inf, -1
+        for lo, hi in zip([0, *(b for _, b in runs)], [*(a for a, _ in runs), self.n],
+                          strict=True):
+            if lo < hi:
+                j = lo + int(np.argmax(self.z[lo:hi]))
+                if self.z[j] > best:  # strictly: an equal one further on ranks after
+                    best, at = self.z[j], j
+        if at < 0:
+            raise ValueError("every token is refused")
+        return at
 
     def _over_threshold(self, k: int, allows: Allows | None) -> NDArray[np.int64]:
         """Ids (ascending) of at least min(k, all allowed) allowed tokens: every allowed token
@@ -330,7 +383,7 @@ class Tempered:
         # a subsample's q-th largest lies above ~q * step tokens; ask for twice k
         q = min(len(sample), 2 * k // step + 4)
         while q < len(sample):
-            g = sample[np.argpartition(sample, len(sample) - q)[len(sample) - q]]
+            g = np.partition(sample, len(sample) - q)[len(sample) - q]
             ids = self._at_least(g)
             if allows is not None:
                 ids = ids[allows(ids)]
