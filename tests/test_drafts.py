@@ -205,7 +205,9 @@ def test_llamacpp_checks_drafts_with_the_numerics_of_one_token_a_call(n_seq: int
     rows = []
     steps = []
     while len(rows) < len(tokens):
-        step = rt.exact_batch
+        step = rt.exact_batch  # within the first exact_cells cells; one token a call past them
+        if len(prompt) + len(rows) + step > rt.exact_cells:
+            step = 1
         steps.append(step)
         rt.evaluate(list(range(5, 5 + step)), range(step))  # a draft the model turned down
         rt.rollback(step)
@@ -245,3 +247,41 @@ def test_greedy_with_drafts_is_byte_identical_on_the_embedded_model():
         drafted = engine.generate(case.prompt, c, max_tokens=80)
         assert drafted.text == off.text, case.name
         assert drafted.usage.draft_accepted > 0, case.name
+
+
+def _on_batch(batch, slot: int, steps):
+    """Make a generation's calls on one slot of a batch, alone in each step (as the server's
+    scheduler does for a lone request)."""
+    call = next(steps)
+    while True:
+        rows = None
+        while rows is None:  # a long prompt is prefilled over several steps
+            rows = batch.step([(slot, call)])[0]
+        try:
+            call = steps.send(rows)
+        except StopIteration as done:
+            return done.value
+
+
+@pytest.mark.model
+def test_a_batch_checks_drafts_one_token_a_call_past_256_cells():
+    """The server's batch (repacked weights, several sequences) keeps the 256-cell rule too: a
+    lone sequence's drafts past its 256th KV cell are checked one token a call, so greedy output
+    with drafts is the output without, through the batch as through the runtime."""
+    from kaname.bench.common import CASES
+    from kaname.engine import Engine
+    from kaname.runtimes.llamacpp import LlamaCppRuntime
+
+    engine = Engine(LlamaCppRuntime.default(n_seq=2))
+    batch = engine.runtime.batched(2)
+    case = next(c for c in CASES if c.name == "invoice")
+    c = engine.compile(case.schema)
+    out = {}
+    for slot, drafting in ((0, "off"), (1, "verify")):
+        steps = engine.steps(case.prompt, c, batch, lambda n, s=slot: batch.rollback(s, n),
+                             max_tokens=256, drafting=drafting)
+        out[drafting] = _on_batch(batch, slot, steps)
+    off, drafted = out["off"], out["verify"]
+    assert off.usage.prompt_tokens + off.usage.completion_tokens > 280
+    assert drafted.usage.draft_accepted > 0
+    assert drafted.text == off.text

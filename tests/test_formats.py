@@ -536,6 +536,7 @@ class _WantsToEnd:
         return row + self._bias if self._seen >= self._patience else row
 
     exact_batch = None
+    exact_cells = None
     answers_only = False
 
     def evaluate(self, tokens, logits_at, only=None):  # full rows: always a valid answer

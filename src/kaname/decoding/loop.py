@@ -239,8 +239,12 @@ class _Run:
         only in another order."""
         seq = new + draft
         done = 0  # tokens of `seq` evaluated
+        held = len(self.prompt) + len(self.out) - len(new)  # the sequence's KV cells
         while True:
-            step = self.model.exact_batch or len(seq)  # (it may shrink as the sequence grows)
+            step = self.model.exact_batch or len(seq)
+            cells = self.model.exact_cells
+            if cells is not None and held + done + step > cells:
+                step = 1  # past them a call of several tokens is computed otherwise
             size = min(step, len(new) + 1) if probe and not done else step
             chunk = seq[done:done + size]
             t2 = time.perf_counter_ns()

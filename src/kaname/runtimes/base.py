@@ -37,6 +37,13 @@ class ModelFacts(Protocol):
         ...
 
     @property
+    def exact_cells(self) -> int | None:
+        """How far into a sequence `exact_batch` holds: a call that would reach past this many
+        KV cells of its sequence takes one token (None: everywhere). llama.cpp computes
+        attention over a longer cache otherwise for a call of several tokens than for one."""
+        ...
+
+    @property
     def answers_only(self) -> bool:
         """Whether `evaluate` reads `only` (see `Only`); where it does not, the loop does not
         work out the few ids it would ask for."""

@@ -422,9 +422,13 @@ class LlamaCppRuntime:
 
     @property
     def exact_batch(self) -> int:
-        """The most tokens the next call may hold and give the rows of one token a call (see
-        `_EXACT_BATCH` and `_EXACT_CELLS`)."""
-        return self._exact if len(self._cached[0]) + self._exact <= _EXACT_CELLS else 1
+        """The most tokens a call may hold and give the rows of one token a call, within the
+        sequence's first `exact_cells` cells (see `_EXACT_BATCH` and `_EXACT_CELLS`)."""
+        return self._exact
+
+    @property
+    def exact_cells(self) -> int:
+        return _EXACT_CELLS
 
     @classmethod
     def default(cls, **kwargs: Any) -> LlamaCppRuntime:
@@ -650,7 +654,12 @@ class LlamaCppBatch(OverRuntime):
         self.runtime = runtime
         self.max_sequences = max_sequences
         self.prefill_chunk = prefill_chunk
-        self.exact_batch = runtime._exact  # (a batched step takes other kernels anyway)
+        # Drafts of a sequence alone in its steps are checked with one token's numerics: in
+        # calls of `exact_batch` tokens within its first `exact_cells` cells, one token past
+        # them (the loop counts its sequence's cells; with others in the step, the batched
+        # kernels apply anyway).
+        self.exact_batch = runtime._exact
+        self.exact_cells = _EXACT_CELLS
         self.answers_only = False  # every row in full, in the step
         self.n_ctx: int | None = runtime.n_ctx
         self.capacity: int | None = runtime.kv_cells

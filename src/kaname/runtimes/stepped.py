@@ -22,6 +22,7 @@ class Stepped:
 
     _steps: list[Any]
     exact_batch: int | None = None  # a row depends on the state alone, not on the batch
+    exact_cells: int | None = None
     # `only` rows are -inf outside the ids asked for: a loop that asked too narrowly would
     # pick otherwise (tests compare with full rows)
     answers_only = True
@@ -91,6 +92,7 @@ class StepBatch(OverRuntime):
         self.runtime = runtime
         self.max_sequences = max_sequences
         self.exact_batch = runtime.exact_batch
+        self.exact_cells = runtime.exact_cells
         self.answers_only = runtime.answers_only
         self.capacity: int | None = None  # no KV cells: any number of tokens
         self._states: dict[int, tuple[Any, list[Any], Any]] = {}
