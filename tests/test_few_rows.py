@@ -275,3 +275,34 @@ def test_a_row_is_decided_only_when_its_best_is_apart_by_more_than_both_errors()
         if apart:  # any true values within the errors keep the same argmax
             true = logits + rng.uniform(-1, 1, size=k) * error
             assert int(np.argmax(true)) == best
+
+
+@pytest.mark.model
+def test_a_batch_reads_a_lone_sequences_rows_when_needed():
+    """A batch step of one sequence's tokens stops at the final hidden state, as the runtime's
+    `evaluate` does: its rows are computed when read, the same bits as llama.cpp's own (a batch
+    built with few_rows=False); a step of two sequences takes llama.cpp's rows in the step."""
+    from kaname.runtimes.base import ModelCall
+    from kaname.runtimes.llamacpp import LlamaCppRuntime, _RowsFromHidden
+
+    lazy = LlamaCppRuntime.default(n_seq=2).batched(2)
+    full = LlamaCppRuntime.default(n_seq=2, few_rows=False).batched(2)
+    assert lazy.answers_only and not full.answers_only
+    tok = lazy.tokenizer
+    prompt = tok.tokenize_str("Invoice INV-2024-0457 was billed to Blue Harbor Cafe on")
+    draft = tok.tokenize_str(" 15 March 2024")[: lazy.exact_batch]
+    got = {}
+    for name, b in (("lazy", lazy), ("full", full)):
+        first = b.step([(0, ModelCall(prompt, [len(prompt) - 1], fresh=True))])[0]
+        assert first is not None
+        rows = b.step([(0, ModelCall(draft, range(len(draft))))])[0]
+        assert rows is not None
+        assert isinstance(rows, _RowsFromHidden) == (name == "lazy")
+        got[name] = [np.asarray(first[0]).copy(), *(np.asarray(rows[k]).copy()
+                                                    for k in range(len(draft)))]
+        b.rollback(0, len(draft))
+        # two sequences in one step: llama.cpp's rows, computed in the step
+        b.step([(1, ModelCall(prompt, [len(prompt) - 1], fresh=True))])
+        two = b.step([(0, ModelCall(draft[:1], [0])), (1, ModelCall(draft[:1], [0]))])
+        assert not any(isinstance(r, _RowsFromHidden) for r in two)
+    assert all(np.array_equal(a, b) for a, b in zip(got["lazy"], got["full"], strict=True))

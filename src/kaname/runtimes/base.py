@@ -127,8 +127,7 @@ class BatchRuntime(ModelFacts, Protocol):
         """Tokens the sequences' caches hold in all (KV cells); None: no bound."""
         ...
 
-    def step(self, calls: Sequence[tuple[int, ModelCall]]
-             ) -> list[NDArray[np.float32] | None]:
+    def step(self, calls: Sequence[tuple[int, ModelCall]]) -> list[Rows | None]:
         """Make each (slot, call) in one model step; per call its logits rows (fresh arrays),
         or None for a fresh call whose prompt is not all in yet (a long prompt is taken a
         chunk a step, so that it does not stall the others): send it again."""

@@ -334,9 +334,10 @@ class LlamaCppRuntime:
         `n_ctx`: the memory of one sequence's context, whatever `n_seq`) where a cell holding a
         prompt prefix serves every sequence that shares it; the batch's scheduler admits
         sequences while their prompts and budgets fit the pool (`LlamaCppBatch.capacity`).
-        `few_rows`: `evaluate` stops at the final hidden state and computes each row from it
-        when it is read: `only` rows without the output layer, whole ones by ggml (one
-        sequence, a Q8_0 output layer; else llama.cpp's rows, all computed in the call)."""
+        `few_rows`: `evaluate` (and a batch step of one sequence's tokens) stops at the final
+        hidden state and computes each row from it when it is read: `only` rows without the
+        output layer, whole ones by ggml (a Q8_0 output layer whose rows ggml gives bit for
+        bit as llama.cpp does; else llama.cpp's rows, all computed in the call)."""
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
         if n_seq < 1:
@@ -363,9 +364,9 @@ class LlamaCppRuntime:
         threads = n_threads or int(os.environ.get("KANAME_THREADS") or os.cpu_count() or 1)
         params.n_threads = threads
         params.n_threads_batch = threads
-        # A few tokens' logits from the hidden state (`evaluate`'s `only`): one sequence on
-        # plain weights, a Q8_0 output layer (output_layer.py), checked below.
-        self._layer = output_layer(path) if few_rows and n_seq == 1 else None
+        # A few tokens' logits from the hidden state (`evaluate`'s `only`, and a batch's lone
+        # sequence): a Q8_0 output layer (output_layer.py), checked below.
+        self._layer = output_layer(path) if few_rows else None
         self._final: _FinalHidden | None = None
         self._matvec: MatVec | None = None
         if self._layer is not None:
@@ -642,7 +643,15 @@ class LlamaCppBatch(OverRuntime):
     others), then every sequence's tokens. A prompt's last token is in the second, as
     `start` takes it alone; a sequence alone in a step gets the very logits it gets from the
     runtime itself. With others in the call its rows take the batched kernels (`exact_batch`),
-    as in any batching engine: a near tie may then go the other way."""
+    as in any batching engine: a near tie may then go the other way.
+
+    A step whose tokens are one sequence's (a lone request, the common case on a small
+    server) stops at the final hidden state where the runtime can (`few_rows`), and each row
+    is computed when read, as the runtime's `evaluate` does: a draft's rows past its first
+    rejected token never are, and greedy reads a few tokens' logits where few are allowed
+    (`only`). Several sequences' rows come from llama.cpp's output layer in the step, one
+    pass over its weights for all of them (computed one by one from the hidden states, a
+    sampling batch's whole rows would each read it again)."""
 
     runtime: LlamaCppRuntime
 
@@ -660,13 +669,12 @@ class LlamaCppBatch(OverRuntime):
         # kernels apply anyway).
         self.exact_batch = runtime._exact
         self.exact_cells = _EXACT_CELLS
-        self.answers_only = False  # every row in full, in the step
+        self.answers_only = runtime.answers_only  # (for a lone sequence's steps)
         self.n_ctx: int | None = runtime.n_ctx
         self.capacity: int | None = runtime.kv_cells
         self._prefilling: set[int] = set()  # slots whose fresh prompt is partly in
 
-    def step(self, calls: Sequence[tuple[int, ModelCall]]
-             ) -> list[NDArray[np.float32] | None]:
+    def step(self, calls: Sequence[tuple[int, ModelCall]]) -> list[Rows | None]:
         rt = self.runtime
         budget = self.prefill_chunk
         prefill: list[tuple[int, int, bool]] = []
@@ -693,8 +701,9 @@ class LlamaCppBatch(OverRuntime):
             ready.append(True)
         if prefill:
             rt._decode(prefill)
-        rows = rt._decode(items) if items else None
-        out: list[NDArray[np.float32] | None] = []
+        lazy = rt._layer is not None and len({slot for slot, _, _ in items}) == 1
+        rows = None if not items else rt._hidden(items) if lazy else rt._decode(items)
+        out: list[Rows | None] = []
         at = 0
         for (_, call), done in zip(calls, ready, strict=True):
             if not done:
@@ -703,8 +712,16 @@ class LlamaCppBatch(OverRuntime):
             n = 1 if call.fresh else len(call.logits_at)
             assert rows is not None
             mine = rows[at:at + n]
-            out.append(mine if call.fresh else _as_asked(mine, call.logits_at))
             at += n
+            if not call.fresh:
+                mine = _as_asked(mine, call.logits_at)
+            if lazy:
+                only = None if call.fresh else call.only
+                if only is not None and len(only) != n:
+                    raise ValueError(f"only has {len(only)} entries for {n} rows")
+                out.append(_RowsFromHidden(rt, mine, list(only) if only else [None] * n))
+            else:
+                out.append(mine)
         return out
 
     def rollback(self, slot: int, n: int) -> None:

@@ -25,12 +25,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ..decoding import Generation
 from ..decoding.loop import Steps
-from ..runtimes.base import BatchRuntime, ModelCall
+from ..runtimes.base import BatchRuntime, ModelCall, Rows
 
 # Builds a sequence's steps once its slot is known: (slot's rollback) -> Steps
 MakeSteps = Callable[[Callable[[int], None]], Steps]
@@ -224,7 +221,7 @@ class Scheduler:
         self.model_seconds += t1 - t0
         self.loop_seconds += time.perf_counter() - t1
 
-    def _send(self, seq: _Seq, rows: NDArray[np.float32]) -> None:
+    def _send(self, seq: _Seq, rows: Rows) -> None:
         assert seq.steps is not None
         try:
             seq.call = seq.steps.send(rows)
