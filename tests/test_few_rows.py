@@ -80,6 +80,36 @@ def test_a_runtime_that_reads_no_only_is_asked_none(random_runtime, compiled_sam
         assert (seen.narrow > 0) == asked
 
 
+class _Flipping(_Rows):
+    """Reads `only` in every other call, as a batch does in its steps of one sequence alone."""
+
+    def __init__(self, inner: Any):
+        super().__init__(inner, full=False)
+        self.calls = self.narrow_while_full = 0
+
+    @property
+    def answers_only(self) -> bool:
+        return self.calls % 2 == 0
+
+    def evaluate(self, tokens, logits_at, only=None):
+        if not self.answers_only:
+            self.narrow_while_full += sum(ids is not None for ids in only or ())
+        self.calls += 1
+        return super().evaluate(tokens, logits_at, only)
+
+
+def test_the_loop_asks_for_few_ids_only_while_the_model_reads_them(random_runtime,
+                                                                   compiled_sample):
+    """`answers_only` is read before each call: ids are worked out for the calls of a model
+    that reads them then, and for no other."""
+    compiled, _ = compiled_sample
+    seen = _Flipping(random_runtime)
+    for _, c in compiled[:10]:
+        decode(seen, random_runtime.tokenize(PROMPT), c.new_matcher(), SamplingParams(),
+               max_tokens=100)
+    assert seen.narrow > 0 and seen.narrow_while_full == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # The embedded model
 
@@ -278,16 +308,18 @@ def test_a_row_is_decided_only_when_its_best_is_apart_by_more_than_both_errors()
 
 
 @pytest.mark.model
-def test_a_batch_reads_a_lone_sequences_rows_when_needed():
-    """A batch step of one sequence's tokens stops at the final hidden state, as the runtime's
-    `evaluate` does: its rows are computed when read, the same bits as llama.cpp's own (a batch
-    built with few_rows=False); a step of two sequences takes llama.cpp's rows in the step."""
+def test_a_batch_of_one_reads_rows_when_needed():
+    """The batch of a one-sequence runtime (a server of --max-concurrency 1) stops at the final
+    hidden state, as the runtime's `evaluate` does: its rows are computed when read, the same
+    bits as llama.cpp's own (a batch built with few_rows=False). A batch of several sequences
+    does not: the eval callback would slow its steps."""
     from kaname.runtimes.base import ModelCall
     from kaname.runtimes.llamacpp import LlamaCppRuntime, _RowsFromHidden
 
-    lazy = LlamaCppRuntime.default(n_seq=2).batched(2)
-    full = LlamaCppRuntime.default(n_seq=2, few_rows=False).batched(2)
+    lazy = LlamaCppRuntime.default().batched(1)
+    full = LlamaCppRuntime.default(few_rows=False).batched(1)
     assert lazy.answers_only and not full.answers_only
+    assert not LlamaCppRuntime.default(n_seq=2).batched(2).answers_only
     tok = lazy.tokenizer
     prompt = tok.tokenize_str("Invoice INV-2024-0457 was billed to Blue Harbor Cafe on")
     draft = tok.tokenize_str(" 15 March 2024")[: lazy.exact_batch]
@@ -300,9 +332,4 @@ def test_a_batch_reads_a_lone_sequences_rows_when_needed():
         assert isinstance(rows, _RowsFromHidden) == (name == "lazy")
         got[name] = [np.asarray(first[0]).copy(), *(np.asarray(rows[k]).copy()
                                                     for k in range(len(draft)))]
-        b.rollback(0, len(draft))
-        # two sequences in one step: llama.cpp's rows, computed in the step
-        b.step([(1, ModelCall(prompt, [len(prompt) - 1], fresh=True))])
-        two = b.step([(0, ModelCall(draft[:1], [0])), (1, ModelCall(draft[:1], [0]))])
-        assert not any(isinstance(r, _RowsFromHidden) for r in two)
     assert all(np.array_equal(a, b) for a, b in zip(got["lazy"], got["full"], strict=True))

@@ -334,10 +334,10 @@ class LlamaCppRuntime:
         `n_ctx`: the memory of one sequence's context, whatever `n_seq`) where a cell holding a
         prompt prefix serves every sequence that shares it; the batch's scheduler admits
         sequences while their prompts and budgets fit the pool (`LlamaCppBatch.capacity`).
-        `few_rows`: `evaluate` (and a batch step of one sequence's tokens) stops at the final
-        hidden state and computes each row from it when it is read: `only` rows without the
-        output layer, whole ones by ggml (a Q8_0 output layer whose rows ggml gives bit for
-        bit as llama.cpp does; else llama.cpp's rows, all computed in the call)."""
+        `few_rows`: `evaluate` (and the steps of a batch of one) stops at the final hidden
+        state and computes each row from it when it is read: `only` rows without the output
+        layer, whole ones by ggml (one sequence, a Q8_0 output layer; else llama.cpp's rows,
+        all computed in the call)."""
         if n_ctx < 0:
             raise ValueError(f"n_ctx must be >= 0, got {n_ctx}")
         if n_seq < 1:
@@ -364,9 +364,12 @@ class LlamaCppRuntime:
         threads = n_threads or int(os.environ.get("KANAME_THREADS") or os.cpu_count() or 1)
         params.n_threads = threads
         params.n_threads_batch = threads
-        # A few tokens' logits from the hidden state (`evaluate`'s `only`, and a batch's lone
-        # sequence): a Q8_0 output layer (output_layer.py), checked below.
-        self._layer = output_layer(path) if few_rows else None
+        # A few tokens' logits from the hidden state (`evaluate`'s `only`, and the steps of a
+        # batch of one): one sequence on plain weights, a Q8_0 output layer (output_layer.py),
+        # checked below. Not for several sequences: the eval callback it takes, unarmed, made a
+        # 4-sequence batch's steps ~10% slower under the server's scheduler (69.6 vs 75.9 ms a
+        # step of 9 tokens), which a lone sequence's faster steps would not repay under load.
+        self._layer = output_layer(path) if few_rows and n_seq == 1 else None
         self._final: _FinalHidden | None = None
         self._matvec: MatVec | None = None
         if self._layer is not None:
@@ -645,13 +648,12 @@ class LlamaCppBatch(OverRuntime):
     runtime itself. With others in the call its rows take the batched kernels (`exact_batch`),
     as in any batching engine: a near tie may then go the other way.
 
-    A step whose tokens are one sequence's (a lone request, the common case on a small
-    server) stops at the final hidden state where the runtime can (`few_rows`), and each row
-    is computed when read, as the runtime's `evaluate` does: a draft's rows past its first
-    rejected token never are, and greedy reads a few tokens' logits where few are allowed
-    (`only`). Several sequences' rows come from llama.cpp's output layer in the step, one
-    pass over its weights for all of them (computed one by one from the hidden states, a
-    sampling batch's whole rows would each read it again)."""
+    A step whose tokens are one sequence's stops at the final hidden state where the runtime
+    can (`few_rows`: a runtime of one sequence, so a server of `--max-concurrency 1`), and
+    each row is computed when read, as the runtime's `evaluate` does: a draft's rows past its
+    first rejected token never are, and greedy reads a few tokens' logits where few are
+    allowed (`only`). Several sequences' rows come from llama.cpp's output layer in the step,
+    one pass over its weights for all of them."""
 
     runtime: LlamaCppRuntime
 
@@ -669,10 +671,16 @@ class LlamaCppBatch(OverRuntime):
         # kernels apply anyway).
         self.exact_batch = runtime._exact
         self.exact_cells = _EXACT_CELLS
-        self.answers_only = runtime.answers_only  # (for a lone sequence's steps)
+        self._lone = True  # whether the last step carried one sequence's tokens
         self.n_ctx: int | None = runtime.n_ctx
         self.capacity: int | None = runtime.kv_cells
         self._prefilling: set[int] = set()  # slots whose fresh prompt is partly in
+
+    @property
+    def answers_only(self) -> bool:
+        """Whether the next step will likely read `only`: it does for one sequence alone, and
+        the last step carried one (with several, the loops would work out ids for nothing)."""
+        return self.runtime.answers_only and self._lone
 
     def step(self, calls: Sequence[tuple[int, ModelCall]]) -> list[Rows | None]:
         rt = self.runtime
@@ -701,7 +709,12 @@ class LlamaCppBatch(OverRuntime):
             ready.append(True)
         if prefill:
             rt._decode(prefill)
-        lazy = rt._layer is not None and len({slot for slot, _, _ in items}) == 1
+        lone = len({slot for slot, _, _ in items}) == 1
+        self._lone = lone or not items
+        # as `evaluate` decides: one row nobody reads narrowly is cheaper from llama.cpp itself
+        lazy = rt._layer is not None and lone and (
+            sum(w for _, _, w in items) > 1
+            or any(ids is not None for _, c in calls if not c.fresh for ids in c.only or ()))
         rows = None if not items else rt._hidden(items) if lazy else rt._decode(items)
         out: list[Rows | None] = []
         at = 0
