@@ -141,8 +141,8 @@ class TokenPicker:
         if p.top_p >= 1 and (p.top_k or p.min_p > 0):
             # top_k and min_p read the top of the row alone: the mask is asked about those
             # tokens, and the row is never masked
-            if refused is None:  # (known once the grammar's mask repeats: free text)
-                refused = self.masks.refused_ids()
+            if refused is None and p.min_p > 0:  # min_p's top allowed token (free text's
+                refused = self.masks.refused_ids()  # are known once its mask repeats)
             kept = row.prefix(p.top_k, p.min_p, allows, ranked=False, refused=refused)
             if len(kept) == 0:
                 raise dead_end(matcher)

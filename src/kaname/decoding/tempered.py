@@ -131,7 +131,8 @@ class Tempered:
         """`ids` (ascending) as a few runs [a, b) of consecutive ids, when the same array came
         last time too (free text refuses the same ids at every step: Gemma's, 6 runs holding
         6,397 ids, 6,145 of them in one), else None. A few slices cost less than a scatter,
-        and the tokens between them are the allowed ones."""
+        and the tokens between them are the allowed ones. (Known by identity: an array
+        passed here is not changed in place afterwards, as MaskBuffer's never are.)"""
         if self._runs is None or self._runs[0] is not ids:
             self._runs = (ids, None)
         elif self._runs[1] is None:
