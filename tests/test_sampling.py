@@ -177,6 +177,10 @@ def test_refused_runs_give_the_full_sorts_top_and_weights():
             allowed[a: a + int(rng.integers(1, n // 2 + 2))] = False
         if case % 3 == 0:
             allowed[int(np.argmax(z))] = False  # the top itself refused
+        if case % 5 == 0:
+            allowed[: int(rng.integers(1, n // 3 + 2))] = False  # a run from id 0
+        if case % 7 == 0:
+            allowed[-int(rng.integers(1, n // 3 + 2)):] = False  # a run to the end
         if not allowed.any():
             allowed[int(rng.integers(n))] = True
         refused = np.flatnonzero(~allowed)

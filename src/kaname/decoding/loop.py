@@ -250,8 +250,8 @@ class _Run:
         while True:
             step = self.model.exact_batch or len(seq)
             cells = self.model.exact_cells
-            if cells is not None and held + done + step > cells:
-                step = 1  # past them a call of several tokens is computed otherwise
+            if cells is not None:  # a call of several tokens must end within them
+                step = max(1, min(step, cells - held - done))
             size = min(step, len(new) + 1) if probe and not done else step
             chunk = seq[done:done + size]
             t2 = time.perf_counter_ns()

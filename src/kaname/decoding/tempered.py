@@ -369,7 +369,7 @@ class Tempered:
                           strict=True):
             if lo < hi:
                 j = lo + int(np.argmax(self.z[lo:hi]))
-                if self.z[j] > best:  # strictly: an equal one further on ranks after
+                if at < 0 or self.z[j] > best:  # strictly: an equal one further on ranks after
                     best, at = self.z[j], j
         if at < 0:
             raise ValueError("every token is refused")

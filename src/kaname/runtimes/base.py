@@ -129,9 +129,10 @@ class BatchRuntime(ModelFacts, Protocol):
         ...
 
     def step(self, calls: Sequence[tuple[int, ModelCall]]) -> list[Rows | None]:
-        """Make each (slot, call) in one model step; per call its logits rows (fresh arrays),
-        or None for a fresh call whose prompt is not all in yet (a long prompt is taken a
-        chunk a step, so that it does not stall the others): send it again."""
+        """Make each (slot, call) in one model step; per call its logits rows (fresh arrays,
+        or `Rows` computed when read), or None for a fresh call whose prompt is not all in
+        yet (a long prompt is taken a chunk a step, so that it does not stall the others):
+        send it again."""
         ...
 
     def rollback(self, slot: int, n: int) -> None:

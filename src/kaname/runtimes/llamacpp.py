@@ -678,8 +678,9 @@ class LlamaCppBatch(OverRuntime):
 
     @property
     def answers_only(self) -> bool:
-        """Whether the next step will likely read `only`: it does for one sequence alone, and
-        the last step carried one (with several, the loops would work out ids for nothing)."""
+        """Whether the next step reads `only`: in a step of one sequence's tokens, on a
+        runtime with lazy rows (one sequence: so always, there). Were several sequences ever
+        to share those steps, this guesses from the last step that the next is alike."""
         return self.runtime.answers_only and self._lone
 
     def step(self, calls: Sequence[tuple[int, ModelCall]]) -> list[Rows | None]:
@@ -722,7 +723,7 @@ class LlamaCppBatch(OverRuntime):
             if not done:
                 out.append(None)
                 continue
-            n = 1 if call.fresh else len(call.logits_at)
+            n = 1 if call.fresh else len(set(call.logits_at))  # one row a position decoded
             assert rows is not None
             mine = rows[at:at + n]
             at += n
@@ -730,9 +731,10 @@ class LlamaCppBatch(OverRuntime):
                 mine = _as_asked(mine, call.logits_at)
             if lazy:
                 only = None if call.fresh else call.only
-                if only is not None and len(only) != n:
-                    raise ValueError(f"only has {len(only)} entries for {n} rows")
-                out.append(_RowsFromHidden(rt, mine, list(only) if only else [None] * n))
+                asked = len(mine)
+                if only is not None and len(only) != asked:
+                    raise ValueError(f"only has {len(only)} entries for {asked} rows")
+                out.append(_RowsFromHidden(rt, mine, list(only) if only else [None] * asked))
             else:
                 out.append(mine)
         return out
