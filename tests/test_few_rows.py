@@ -80,36 +80,6 @@ def test_a_runtime_that_reads_no_only_is_asked_none(random_runtime, compiled_sam
         assert (seen.narrow > 0) == asked
 
 
-class _Flipping(_Rows):
-    """Reads `only` in every other call, as a batch does in its steps of one sequence alone."""
-
-    def __init__(self, inner: Any):
-        super().__init__(inner, full=False)
-        self.calls = self.narrow_while_full = 0
-
-    @property
-    def answers_only(self) -> bool:
-        return self.calls % 2 == 0
-
-    def evaluate(self, tokens, logits_at, only=None):
-        if not self.answers_only:
-            self.narrow_while_full += sum(ids is not None for ids in only or ())
-        self.calls += 1
-        return super().evaluate(tokens, logits_at, only)
-
-
-def test_the_loop_asks_for_few_ids_only_while_the_model_reads_them(random_runtime,
-                                                                   compiled_sample):
-    """`answers_only` is read before each call: ids are worked out for the calls of a model
-    that reads them then, and for no other."""
-    compiled, _ = compiled_sample
-    seen = _Flipping(random_runtime)
-    for _, c in compiled[:10]:
-        decode(seen, random_runtime.tokenize(PROMPT), c.new_matcher(), SamplingParams(),
-               max_tokens=100)
-    assert seen.narrow > 0 and seen.narrow_while_full == 0
-
-
 # ---------------------------------------------------------------------------------------------
 # The embedded model
 

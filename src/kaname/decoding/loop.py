@@ -126,9 +126,8 @@ class _Run:
                                   self.eos, lazy=lazy)
         self.drafter = Drafter(self.tok, prompt) if self.drafting == "verify" else None
         # greedy reads only the allowed tokens' logits: where they are few, ask for them alone
-        # (of a model that reads them at the time of the call: `_few`)
         self.few = (FewAllowed(MaskBuffer(model.n_vocab, self.tok.vocab_size), self.eos)
-                    if matcher is not None and params.greedy else None)
+                    if matcher is not None and params.greedy and model.answers_only else None)
         self.draft_room = draft_room
         self.out: list[int] = []
         self.text = b""  # of `out`, kept only where stop strings are watched
@@ -137,11 +136,6 @@ class _Run:
         self.model_ns = 0
         self.first_token_ns = 0
         self.started = 0
-
-    def _few(self) -> FewAllowed | None:
-        """`few` where the model reads `only` for its next call (a batch: in a step of one
-        sequence alone), else None: working out the ids costs ~0.25 ms a forced position."""
-        return self.few if self.few is not None and self.model.answers_only else None
 
     def _call(self, call: ModelCall) -> Generator[ModelCall, Rows, Rows]:
         """One model call: its rows, and the time spent waiting for them counted as model
@@ -211,8 +205,7 @@ class _Run:
                     self.costs[-1] += time.perf_counter_ns() - t2
                 if not draft:
                     t2 = time.perf_counter_ns()
-                    few = self._few()
-                    only = None if few is None or m is None else [few.of(m)]
+                    only = None if self.few is None or m is None else [self.few.of(m)]
                     self.costs[-1] += time.perf_counter_ns() - t2
                     logits = self._row((yield from self._call(
                         ModelCall(new, [len(new) - 1], only=only))), 0)
@@ -255,8 +248,8 @@ class _Run:
             size = min(step, len(new) + 1) if probe and not done else step
             chunk = seq[done:done + size]
             t2 = time.perf_counter_ns()
-            few = self._few()
-            only = None if few is None else few.along(m, draft, done - len(new) + 1, len(chunk))
+            only = None if self.few is None else self.few.along(
+                m, draft, done - len(new) + 1, len(chunk))
             self.costs[-1] += time.perf_counter_ns() - t2
             rows = yield from self._call(ModelCall(chunk, range(len(chunk)), only=only))
             for j in range(len(chunk)):

@@ -46,8 +46,7 @@ class ModelFacts(Protocol):
     @property
     def answers_only(self) -> bool:
         """Whether `evaluate` (a batch's `step`) reads `only` (see `Only`); where it does not,
-        the loop does not work out the few ids it would ask for. Read before each call: a
-        batch may read them in some steps only."""
+        the loop does not work out the few ids it would ask for."""
         ...
 
     def tokenize(self, text: str) -> list[int]:

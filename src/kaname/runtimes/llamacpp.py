@@ -648,12 +648,12 @@ class LlamaCppBatch(OverRuntime):
     runtime itself. With others in the call its rows take the batched kernels (`exact_batch`),
     as in any batching engine: a near tie may then go the other way.
 
-    A step whose tokens are one sequence's stops at the final hidden state where the runtime
-    can (`few_rows`: a runtime of one sequence, so a server of `--max-concurrency 1`), and
-    each row is computed when read, as the runtime's `evaluate` does: a draft's rows past its
-    first rejected token never are, and greedy reads a few tokens' logits where few are
-    allowed (`only`). Several sequences' rows come from llama.cpp's output layer in the step,
-    one pass over its weights for all of them."""
+    A batch of one over a runtime with lazy rows (`few_rows`: a runtime of one sequence, so a
+    server of `--max-concurrency 1`) makes each call but a prompt's the runtime's own
+    `evaluate`: each row computed when read, so a draft's rows past its first rejected token
+    never are, and greedy reads a few tokens' logits where few are allowed (`only`). A batch
+    of several sequences takes llama.cpp's rows in the step, one pass over the output
+    weights for all of them."""
 
     runtime: LlamaCppRuntime
 
@@ -671,20 +671,18 @@ class LlamaCppBatch(OverRuntime):
         # kernels apply anyway).
         self.exact_batch = runtime._exact
         self.exact_cells = _EXACT_CELLS
-        self._lone = True  # whether the last step carried one sequence's tokens
+        self.answers_only = runtime.answers_only  # (a runtime of one sequence: `step`)
         self.n_ctx: int | None = runtime.n_ctx
         self.capacity: int | None = runtime.kv_cells
         self._prefilling: set[int] = set()  # slots whose fresh prompt is partly in
 
-    @property
-    def answers_only(self) -> bool:
-        """Whether the next step reads `only`: in a step of one sequence's tokens, on a
-        runtime with lazy rows (one sequence: so always, there). Were several sequences ever
-        to share those steps, this guesses from the last step that the next is alike."""
-        return self.runtime.answers_only and self._lone
-
     def step(self, calls: Sequence[tuple[int, ModelCall]]) -> list[Rows | None]:
         rt = self.runtime
+        if rt._layer is not None and len(calls) == 1 and not calls[0][1].fresh:
+            # a batch of one (lazy rows need a runtime of one sequence): its call is the
+            # runtime's own `evaluate`, rows computed when read
+            _, call = calls[0]
+            return [rt.evaluate(call.tokens, call.logits_at, call.only)]
         budget = self.prefill_chunk
         prefill: list[tuple[int, int, bool]] = []
         items: list[tuple[int, int, bool]] = []
@@ -710,13 +708,7 @@ class LlamaCppBatch(OverRuntime):
             ready.append(True)
         if prefill:
             rt._decode(prefill)
-        lone = len({slot for slot, _, _ in items}) == 1
-        self._lone = lone or not items
-        # as `evaluate` decides: one row nobody reads narrowly is cheaper from llama.cpp itself
-        lazy = rt._layer is not None and lone and (
-            sum(w for _, _, w in items) > 1
-            or any(ids is not None for _, c in calls if not c.fresh for ids in c.only or ()))
-        rows = None if not items else rt._hidden(items) if lazy else rt._decode(items)
+        rows = rt._decode(items) if items else None
         out: list[Rows | None] = []
         at = 0
         for (_, call), done in zip(calls, ready, strict=True):
@@ -727,16 +719,7 @@ class LlamaCppBatch(OverRuntime):
             assert rows is not None
             mine = rows[at:at + n]
             at += n
-            if not call.fresh:
-                mine = _as_asked(mine, call.logits_at)
-            if lazy:
-                only = None if call.fresh else call.only
-                asked = len(mine)
-                if only is not None and len(only) != asked:
-                    raise ValueError(f"only has {len(only)} entries for {asked} rows")
-                out.append(_RowsFromHidden(rt, mine, list(only) if only else [None] * asked))
-            else:
-                out.append(mine)
+            out.append(mine if call.fresh else _as_asked(mine, call.logits_at))
         return out
 
     def rollback(self, slot: int, n: int) -> None:
