@@ -17,6 +17,7 @@ import pytest
 from scipy.stats import chisquare
 
 from kaname.decoding import SamplingParams, TokenPicker
+from kaname.decoding.kernels import mass_before
 from kaname.decoding.masks import MaskBuffer
 from kaname.decoding.tempered import BLOCK, Tempered
 
@@ -158,6 +159,44 @@ def test_kept_set_on_a_262k_row():
         edge = ranked_all[len(expected) - 3: len(expected) + 3]
         for i in [*rng.choice(np.flatnonzero(allowed), 100, replace=False), *edge]:
             assert row.top_p_keeps(int(i), top_p) == (int(i) in inside), (top_p, i)
+
+
+def test_fused_mass_before_is_the_ranked_mass_or_an_upper_bound_below_the_limit():
+    """kernels.mass_before against numpy: unproven, the weight of the tokens ranked before i
+    (ties by id, -inf and zero weights included); proven, an upper bound of it that is below
+    the limit, and it is proven whenever the whole row's weight less i's is."""
+    rng = np.random.default_rng(41)
+    for case in range(400):
+        n = int(rng.integers(1, 5000))
+        block = int(rng.choice([1, 7, 64, 1024]))
+        z = (rng.standard_normal(n) * 3).astype(np.float32)
+        if case % 3 == 0:
+            z = np.round(z).astype(np.float32)  # ties everywhere
+        size = -(-n // block) * block
+        w = np.zeros(size, dtype=np.float32)  # padded, as a Tempered buffer is
+        w[:n] = np.exp(z - z.max())
+        w[:n][rng.random(n) < 0.2] = 0  # refused
+        if case % 5 == 0:
+            z[rng.integers(0, n, 3)] = -np.inf
+            w[:n][~np.isfinite(z)] = 0
+        if case % 7 == 0:  # a peaked row: one block holds most of the weight
+            w[int(rng.integers(0, n))] = w.sum() * 3
+        sums = w.reshape(-1, block).sum(axis=1, dtype=np.float32)
+        i = int(rng.integers(0, n))
+        ids = np.arange(n)
+        ranked = (z > z[i]) | ((z == z[i]) & (ids < i))
+        exact = float(w[:n][ranked].sum(dtype=np.float64))
+        tol = 1e-5 * float(sums.sum(dtype=np.float64)) + 1e-30
+        got, proven = mass_before(z, w, i, sums, block, -np.inf)
+        assert not proven and abs(got - exact) <= tol, (case, got, exact)
+        limit = float(rng.uniform(0, 1.2)) * float(sums.sum(dtype=np.float64))
+        got, proven = mass_before(z, w, i, sums, block, limit)
+        if proven:
+            assert got < limit and got >= exact - tol, (case, got, exact, limit)
+        else:
+            assert abs(got - exact) <= tol, (case, got, exact)
+        rest = float(sums.sum(dtype=np.float64)) - float(w[i])
+        assert proven or rest >= limit, (case, rest, limit)
 
 
 def test_refused_runs_give_the_full_sorts_top_and_weights():

@@ -19,8 +19,9 @@ stable full sort gives), judged on the masked distribution:
       less than temperature alone. The ids over a threshold are found 8 flags at a time where few
       words of 8 hold one (numpy's nonzero over a 262k-flag row costs ~3x the comparison).
   top_p: the prefix can be half the vocabulary (a flat distribution), so it is not built. A
-      draw is kept iff the mass ranked before it is below top_p of the total (one pass), else
-      drawn again: rejection sampling, exact, and a draw is kept with probability >= top_p.
+      draw is kept iff the mass ranked before it is below top_p of the total (at most one
+      fused pass, kernels.py, usually a quarter of one), else drawn again: rejection
+      sampling, exact, and a draw is kept with probability >= top_p.
 The order is the logits' own (exact, float32); masses are float32 sums, and a decision within
 MARGIN of the total from its boundary is taken again in float64, the reference's precision.
 """
@@ -32,6 +33,8 @@ from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
+
+from .kernels import mass_before
 
 BLOCK = 1024
 # 1/T above this is greedy for every float32 logit gap already; it keeps 0 * inf out of the row.
@@ -45,7 +48,6 @@ TINY = 1e-25
 # Draws tried against top_p before the kept prefix is built explicitly.
 TOP_P_TRIES = 8
 _SUBSAMPLE = 4096
-_CHUNK = 32768
 _LANES8 = np.arange(8, dtype=np.int64)
 _FEW_WORDS = 512
 _FEW_RUNS = 64
@@ -62,7 +64,6 @@ class Tempered:
         size = -(-max(capacity, 1) // self.block) * self.block
         # Zero beyond the row: padding weighs nothing in the block sums.
         self._w = np.zeros(size, dtype=np.float32)
-        self._scratch = np.zeros(min(size, _CHUNK), dtype=np.float32)
         self._flags = np.zeros(-(-size // 8) * 8, dtype=np.bool_)  # False beyond the row
         self.weighed = False
         self.n = 0
@@ -71,7 +72,6 @@ class Tempered:
         self.top_id = 0
         self._total = 0.0
         self._summed = False
-        self._chunked: tuple[int, list[float], list[int]] | None = None
         # (the ids `prefix` kept last and their weights, for `draw_among`)
         self._among: tuple[NDArray[np.int64], NDArray[np.float64]] | None = None
         # (the last refused ids, and their runs once they come again)
@@ -125,7 +125,6 @@ class Tempered:
             self._sums[blocks] = self._w.reshape(-1, self.block)[blocks].sum(axis=1)
             np.cumsum(self._sums, dtype=np.float64, out=self._cum)
             self._total = float(self._cum[-1])
-            self._chunked = None
 
     def _runs_of(self, ids: NDArray[np.int64]) -> list[tuple[int, int]] | None:
         """`ids` (ascending) as a few runs [a, b) of consecutive ids, when the same array came
@@ -171,7 +170,6 @@ class Tempered:
         np.cumsum(self._sums, dtype=np.float64, out=self._cum)
         self._total = float(self._cum[-1])
         self._summed = True
-        self._chunked = None
 
     # -----------------------------------------------------------------------------------------
     # Draws
@@ -234,59 +232,22 @@ class Tempered:
     def top_p_keeps(self, i: int, top_p: float) -> bool:
         """Whether `i` is in the smallest ranked prefix holding top_p of the mass.
 
-        At most one pass, by chunks, heaviest first: the weight of the tokens at or above i's
-        logit, less i's own, bounds the mass ranked before i from above (tokens tied with i
-        rank after it when their id is larger, and are subtracted at the end). With the
-        chunks not yet read counted in full, the bound often proves i kept early: a draw lies
-        below top_p with probability top_p, most of the time well below (a third of a pass on
-        average at top_p 0.9 on a flat distribution)."""
-        z, zi, w = self.z, self.z[i], self._w[: self.n]
+        At most one pass, fused (`kernels.mass_before`), block by block: the weight of the
+        tokens at or above i's logit, less i's own, bounds the mass ranked before i from above
+        (tokens tied with i rank after it when their id is larger, and are subtracted at the
+        end). With the blocks not yet read counted in full, the bound often proves i kept
+        early: a draw lies below top_p with probability top_p, most of the time well below (a
+        quarter of a pass on average at top_p 0.9 on a flat distribution)."""
         total = self.total
         bound, margin = top_p * total, MARGIN * total
-        span, masses, order = self._chunks()
-        before, unread = -float(w[i]), total
-        for k in order:
-            lo = k * span
-            m = min(span, self.n - lo)
-            flags, f = self._flags[:m], self._scratch[:m]
-            np.greater_equal(z[lo: lo + m], zi, out=flags)
-            np.copyto(f, flags)  # (faster than comparing into float32)
-            before += float(np.dot(f, w[lo: lo + m]))
-            unread -= float(masses[k])
-            if before + unread < bound - margin:
-                return True
-        tied_after = self._flags[: self.n - i - 1]  # (a buffer: no row-sized allocation)
-        np.equal(z[i + 1:], zi, out=tied_after)
-        if tied_after.any():
-            before -= float(w[i + 1:][tied_after].sum(dtype=np.float64))
+        before, proven = mass_before(self.z, self._w, i, self._sums, self.block, bound - margin)
+        if proven:
+            return True
         if abs(before - bound) > margin:
             return before < bound
+        z, zi = self.z, self.z[i]
         p = self._exact_probabilities()
         return float(p[z > zi].sum() + p[:i][z[:i] == zi].sum()) < top_p
-
-    def _chunks(self) -> tuple[int, list[float], list[int]]:
-        """(tokens per chunk, each chunk's weight, the order to read them), from the block
-        sums, once per row. Last first (the block sums read the row in order, so its end is
-        the likeliest still in cache), but a chunk holding a quarter of the weight or more
-        (a peaked distribution) first of all: it tightens the bound the most."""
-        self._sum_blocks()
-        if self._chunked is None:  # (a few chunks: Python floats cost less than numpy calls)
-            per = max(1, _CHUNK // self.block)
-            blocks = -(-self.n // self.block)  # the blocks the row covers
-            ends = self._cum[per - 1: blocks: per].tolist()  # (a slice: no index list)
-            if blocks % per:
-                ends.append(float(self._cum[blocks - 1]))
-            masses = [b - a for a, b in zip([0.0, *ends], ends, strict=False)]
-            # light chunks (refused tokens: Gemma's free text refuses the last 6,145) last:
-            # the first chunk read proves a draw kept only if it weighs enough
-            light = 0.9 * ends[-1] / len(masses)
-            order = sorted(range(len(masses) - 1, -1, -1), key=lambda k: masses[k] < light)
-            heaviest = max(order, key=masses.__getitem__)
-            if masses[heaviest] >= 0.25 * ends[-1]:
-                order.remove(heaviest)
-                order.insert(0, heaviest)
-            self._chunked = (per * self.block, masses, order)
-        return self._chunked
 
     def prefix(self, top_k: int = 0, min_p: float = 0.0, allows: Allows | None = None, *,
                ranked: bool = True, refused: NDArray[np.int64] | None = None

@@ -17,7 +17,7 @@ from typing import Any
 
 import llguidance as llg
 
-from ..decoding import Generation
+from ..decoding import Generation, kernels
 from ..engine import Engine
 from ..grammar import CompiledConstraint, GrammarCompiler
 from ..runtimes.base import BatchRuntime
@@ -58,6 +58,7 @@ class LocalBackend:
                                      self.scheduler.loop_seconds))
         self._admission = Admission(batch.max_sequences, max_queue, metrics)
         self._running: set[threading.Event] = set()  # cancel flags of running generations
+        kernels.warm()  # numba compiles at the first call: here, not in the first top_p request
 
     @property
     def n_ctx(self) -> int | None:
