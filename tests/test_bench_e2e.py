@@ -165,6 +165,9 @@ def test_drafts_hand_computed() -> None:
     assert d["acceptance_rate"] == 0.75  # (6 + 6 + 18) / (10 + 10 + 20)
     # extraction: run 0 drafts 60 tok/s vs 40 unconstrained; run 1 has no drafts figure
     assert d["extraction_tps_ratio"] == 1.5
+    # the engine prompt: drafts 40, 80 tok/s vs forced 100, 100 -> 0.4, 0.8 -> 0.6
+    assert d["forced_tps_ratio"] == 0.6
+    assert "ceiling" not in d  # not run
     # without the reference mode there is nothing to compare
     assert e2e.drafts([r for r in records if r.engine != "kaname_none"], 2) is None
     # drafts with full rows must give the same answer too
@@ -173,6 +176,22 @@ def test_drafts_hand_computed() -> None:
     d = e2e.drafts(records + full, 2)
     assert d is not None and d["cases"]["company"]["greedy_identical"] is False
     assert d["cases"]["company"]["tokens_per_s"]["full_rows"] == 20.0
+    # the ceiling: company 200 tok/s both runs, extraction 100 then 50
+    ceiling = [_rec("kaname_ceiling", 0, 40, 0.2, text="A"),
+               _rec("kaname_ceiling", 1, 40, 0.2, text="A"),
+               _rec("kaname_ceiling", 0, 30, 0.3, case=ex, text="C"),
+               _rec("kaname_ceiling", 1, 30, 0.6, case=ex, text="C")]
+    d = e2e.drafts(records + ceiling, 2)
+    assert d is not None and d["cases"]["company"]["greedy_identical"] is True
+    assert d["cases"]["company"]["tokens_per_s"]["ceiling"] == 200.0
+    # extraction 100 ÷ 40, 50 ÷ 20 -> 2.5; company 200 ÷ 100 twice -> 2.0; drafts ÷ ceiling
+    # per run over both prompts: run 0 70 / 1.5 ÷ 70 / 0.5 = 1/3, run 1 (drafts' extraction
+    # failed: company alone) 40 / 0.5 ÷ 70 / 0.8 = 0.914 -> 0.624
+    assert d["ceiling"] == {"extraction_tps_ratio": 2.5, "forced_tps_ratio": 2.0,
+                            "drafts_share": 0.624}
+    wrong = [ceiling[0], _rec("kaname_ceiling", 1, 40, 0.2, text="Z")]
+    d = e2e.drafts(records + wrong, 2)  # every verified mode must give the answer
+    assert d is not None and d["cases"]["company"]["greedy_identical"] is False
 
 
 def test_valid_output() -> None:
@@ -295,8 +314,10 @@ def test_bench_e2e_quick_json(monkeypatch: pytest.MonkeyPatch,
     # answer as one token a call gives it
     d = data["drafts"]
     assert d["greedy_identical"] is True and d["cases"]["company"]["greedy_identical"] is True
-    assert set(d["cases"]["company"]["tokens_per_s"]) == {"drafts", "full_rows", "forced",
-                                                          "none", "unconstrained"}
+    assert set(d["cases"]["company"]["tokens_per_s"]) == {"drafts", "ceiling", "full_rows",
+                                                          "forced", "none", "unconstrained"}
+    # the answer as drafts is kept whole, and no drafter does better
+    assert d["ceiling"]["drafts_share"] > 0 and d["forced_tps_ratio"] > 0
     assert d["extraction_tps_ratio"] is None  # the quick run has no extraction prompt
     assert 0 <= d["acceptance_rate"] <= 1
     assert set(data["method"]["engines"]) == {n for n, e in data["engines"].items()

@@ -18,7 +18,7 @@ from scipy.stats import chi2_contingency
 from serverproc import ServerProcess
 
 from kaname.decoding import SamplingParams, decode
-from kaname.decoding.drafts import Drafter, PromptLookup
+from kaname.decoding.drafts import Drafter, KnownAnswer, PromptLookup
 from kaname.grammar import Choice, GrammarCompiler, JsonSchema, Regex
 from kaname.runtimes.scripted import ScriptedRuntime
 
@@ -51,6 +51,35 @@ def test_greedy_with_drafts_is_byte_identical(request, runtime_name, compiled_sa
     # not vacuous: drafts were kept (forced stretches) and rejected (random logits seldom
     # copy the prompt): both sides of the check ran
     assert 100 < accepted < proposed, (accepted, proposed)
+
+
+@pytest.mark.parametrize("runtime_name", ["random_runtime", "adversarial_runtime"])
+def test_any_draft_source_leaves_the_answer(request, runtime_name, compiled_sample):
+    """The answer itself as drafts is kept whole; another answer as drafts is rejected where it
+    differs: either way the output is the model's (a `DraftSource` decides speed only)."""
+    runtime = request.getfixturevalue(runtime_name)
+    compiled, _ = compiled_sample
+    prompt = runtime.tokenize(PROMPT)
+    wrong_rejected = 0
+    for i, (row, c) in enumerate(compiled[:20]):
+        runtime.seed = i
+        off = decode(runtime, prompt, c.new_matcher(), SamplingParams(), max_tokens=256,
+                     drafting="off")
+        known = decode(runtime, prompt, c.new_matcher(), SamplingParams(), max_tokens=256,
+                       drafter=KnownAnswer(off.tokens))
+        assert (known.tokens, known.finish_reason) == (off.tokens, off.finish_reason), row["id"]
+        assert known.usage.draft_accepted == known.usage.draft_tokens, row["id"]
+        # a call per draft: the known answer needs far fewer than one per token
+        assert known.usage.draft_accepted >= len(off.tokens) // 2, row["id"]
+        runtime.seed = i + 1
+        other = decode(runtime, prompt, c.new_matcher(), SamplingParams(), max_tokens=256,
+                       drafting="off")
+        runtime.seed = i
+        wrong = decode(runtime, prompt, c.new_matcher(), SamplingParams(), max_tokens=256,
+                       drafter=KnownAnswer(other.tokens))
+        assert (wrong.tokens, wrong.finish_reason) == (off.tokens, off.finish_reason), row["id"]
+        wrong_rejected += wrong.usage.draft_tokens - wrong.usage.draft_accepted
+    assert wrong_rejected > 0  # not vacuous: the wrong answer's drafts were turned down
 
 
 def test_sampling_with_drafts_is_the_same_draw(random_runtime, compiled_sample):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .decoding import Enforced, Generation, SamplingParams, Usage, decoding, run_steps
+from .decoding.drafts import DraftSource
 from .decoding.loop import Drafting, Steps
 from .errors import ContextLengthError
 from .grammar import CompiledConstraint, GrammarCompiler, Guards, JsonSchema, to_constraint
@@ -63,18 +64,20 @@ class Engine:
         lazy: bool = True,
         drafting: Drafting = "verify",
         on_tokens: Callable[[list[int]], None] | None = None,
+        drafter: DraftSource | None = None,
     ) -> Generation:
         """Generate text valid for `response_format` (any shape `to_constraint` accepts, or a
         CompiledConstraint from this engine's compiler; None = free text). Raises
         ConstraintError for a constraint that cannot be enforced. `drafting`: "verify" (drafts
         the model checks: the same answers, faster), "off" (one token per model call) or
         "force" (forced tokens unverified, as kaname did before: may change answers).
-        `on_tokens` streams the committed token ids (see `decode`)."""
+        `on_tokens` streams the committed token ids (see `decode`); `drafter` replaces the
+        default source of drafts (`decoding.drafts`)."""
         sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
                                   min_p=min_p, seed=seed)
         steps = self.steps(prompt, response_format, self.runtime, self.runtime.rollback,
                            sampling=sampling, max_tokens=max_tokens, stop=stop, guards=guards,
-                           lazy=lazy, drafting=drafting, on_tokens=on_tokens)
+                           lazy=lazy, drafting=drafting, on_tokens=on_tokens, drafter=drafter)
         with self._lock:
             return run_steps(self.runtime, steps)
 
@@ -93,6 +96,7 @@ class Engine:
         drafting: Drafting = "verify",
         on_tokens: Callable[[list[int]], None] | None = None,
         draft_room: Callable[[], int] | None = None,
+        drafter: DraftSource | None = None,
     ) -> Steps:
         """`generate` as the model calls it makes (`decoding.Steps`), for a caller that makes
         them on `model` itself: a batch's scheduler (`rollback` forgets the sequence's last
@@ -105,7 +109,7 @@ class Engine:
         return _checked_steps(decoding(model, rollback, tokens, compiled.new_matcher(), sampling,
                                        max_tokens=max_tokens, stop=stop, lazy=lazy,
                                        on_tokens=on_tokens, drafting=drafting,
-                                       draft_room=draft_room),
+                                       draft_room=draft_room, drafter=drafter),
                               compiled, response_format)
 
 

@@ -16,8 +16,9 @@ SCHEMAS_DATA = Path("..") / "shared" / "data" / "jsonschemabench" / "maskbench.j
 SCHEMAS_SEED = 20261129
 
 # `kaname bench e2e`
-E2E_ENGINES = ("kaname", "kaname_full_rows", "kaname_forced", "kaname_none", "llamacpp_grammar",
-               "xgrammar", "outlines", "unconstrained", "kaname_unconstrained")
+E2E_ENGINES = ("kaname", "kaname_ceiling", "kaname_full_rows", "kaname_forced", "kaname_none",
+               "llamacpp_grammar", "xgrammar", "outlines", "unconstrained",
+               "kaname_unconstrained")
 E2E_MAX_TOKENS, E2E_RUNS = 256, 3  # a full run
 E2E_QUICK_MAX_TOKENS, E2E_QUICK_RUNS = 64, 1  # --quick
 

@@ -5,6 +5,9 @@ The embedded Gemma 3 270M (llama.cpp, CPU), the same prompts and JSON Schemas (t
 prompt), the same prompt token ids, greedy decoding everywhere; engines:
 
 - `kaname`: `Engine.generate` with the schema, verified drafts on (the default);
+- `kaname_ceiling`: the same with drafts that are the answer itself (the tokens of an untimed
+  generation one token a call): no drafter can propose better, so this is the ceiling of
+  verified drafts on this runtime;
 - `kaname_full_rows`: the same with llama.cpp's rows, each computed in full in its call (no
   rows from the hidden state, of a few allowed tokens or read lazily:
   `LlamaCppRuntime(few_rows=False)`);
@@ -46,7 +49,7 @@ from .common import CASES, EXTRACTION, first_line, machine, version_of
 
 PEERS = ("llamacpp_grammar", "xgrammar", "outlines")
 # kaname's constrained modes: verified drafts (the default), forced tokens unverified, neither
-KANAME = ("kaname", "kaname_full_rows", "kaname_forced", "kaname_none")
+KANAME = ("kaname", "kaname_ceiling", "kaname_full_rows", "kaname_forced", "kaname_none")
 CONSTRAINED = (*KANAME, *PEERS)
 BASELINE = {**dict.fromkeys(KANAME, "kaname_unconstrained"),
             **dict.fromkeys(PEERS, "unconstrained")}
@@ -247,11 +250,12 @@ def summarize(records: Sequence[Record], runs: int, names: Sequence[str],
 
 def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
     """Verified drafts against kaname's other modes, per prompt and over all: tokens/s with
-    drafts (`kaname`), forced tokens only, neither, and unconstrained; the acceptance rate;
-    whether greedy output with drafts is the output with neither on every prompt and run (a
-    prompt that one of them failed counts as not identical); and, on the extraction prompts,
-    drafts ÷ unconstrained tokens/s (paired per run, then the median). None without both
-    `kaname` and `kaname_none`."""
+    drafts (`kaname`), with the answer itself as drafts (`kaname_ceiling`), forced tokens
+    only, neither, and unconstrained; the acceptance rate; whether greedy output with drafts
+    is the output with neither on every prompt and run (a prompt that one of them failed
+    counts as not identical); on the extraction prompts, drafts ÷ unconstrained tokens/s, and
+    on the others drafts ÷ forced (paired per run, then the median); the same for the
+    ceiling. None without both `kaname` and `kaname_none`."""
     def of(engine: str) -> list[Record]:
         return [r for r in records if r.engine == engine]
 
@@ -264,8 +268,10 @@ def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
                  for i in range(runs)]
         return all(a is not None and a == b for a, b in pairs)
 
-    modes = {"drafts": "kaname", "full_rows": "kaname_full_rows", "forced": "kaname_forced",
-             "none": "kaname_none", "unconstrained": "kaname_unconstrained"}
+    modes = {"drafts": "kaname", "ceiling": "kaname_ceiling", "full_rows": "kaname_full_rows",
+             "forced": "kaname_forced", "none": "kaname_none",
+             "unconstrained": "kaname_unconstrained"}
+    verified = [e for e in ("kaname", "kaname_ceiling", "kaname_full_rows") if of(e)]
     cases: dict[str, dict[str, Any]] = {}
     for case in dict.fromkeys(r.case for r in of("kaname")):
         mine = [r for r in of("kaname") if r.case == case]
@@ -276,23 +282,35 @@ def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
                              for m, e in modes.items() if of(e)},
             "draft_tokens": sum(r.drafted for r in mine),
             "draft_accepted": sum(r.accepted for r in mine),
-            "greedy_identical": identical(case) and (
-                not of("kaname_full_rows") or identical(case, "kaname_full_rows")),
+            "greedy_identical": all(identical(case, e) for e in verified),
             **({"force_changes_answer": not identical(case, "kaname_forced")}
                if of("kaname_forced") else {}),
         }
     proposed = sum(r.drafted for r in of("kaname"))
     extraction = [c for c in cases if cases[c]["extraction"]]
-    ratio = None
-    if extraction and of("kaname_unconstrained"):
+    existing = [c for c in cases if not cases[c]["extraction"]]
+
+    def ratio(a: str, b: str, among: Sequence[str]) -> float | None:
+        """a ÷ b tokens/s over the prompts `among`, paired per run, median."""
+        if not among or not of(a) or not of(b):
+            return None
         def tps(engine: str) -> list[float | None]:
-            return per_run([r for r in of(engine) if r.case in extraction], runs)["tps"]
-        ratio = _round(paired_ratio(tps("kaname"), tps("kaname_unconstrained")), 3)
+            return per_run([r for r in of(engine) if r.case in among], runs)["tps"]
+        return _round(paired_ratio(tps(a), tps(b)), 3)
+
     return {
         "greedy_identical": all(c["greedy_identical"] for c in cases.values()),
         "acceptance_rate": _round(sum(r.accepted for r in of("kaname")) / proposed, 3)
         if proposed else None,
-        "extraction_tps_ratio": ratio,
+        "extraction_tps_ratio": ratio("kaname", "kaname_unconstrained", extraction),
+        # the issue's other bar: the engine cases no slower than forced tokens unverified
+        "forced_tps_ratio": ratio("kaname", "kaname_forced", existing),
+        # the same with a drafter that proposes the answer itself: what no drafter can beat
+        **({"ceiling": {
+            "extraction_tps_ratio": ratio("kaname_ceiling", "kaname_unconstrained", extraction),
+            "forced_tps_ratio": ratio("kaname_ceiling", "kaname_forced", existing),
+            "drafts_share": ratio("kaname", "kaname_ceiling", [*existing, *extraction]),
+        }} if of("kaname_ceiling") else {}),
         "cases": cases,
     }
 
@@ -455,13 +473,16 @@ def _method(engines: dict[str, str]) -> dict[str, Any]:
                                "kaname's constraint_ns (its argmax included); peers' Llama.sample "
                                "(candidates array, processors, grammar, greedy, accept)",
         "ratios": "kaname tokens/s ÷ each engine's tokens/s: median of the per-run ratios",
-        "drafts": "kaname's three constrained modes on the same prompts: drafts (kaname), "
-                  "forced tokens unverified (kaname_forced), neither (kaname_none), and "
-                  "kaname_unconstrained; greedy_identical: kaname's text equals "
-                  "kaname_none's on every prompt and run; acceptance_rate: draft tokens "
+        "drafts": "kaname's constrained modes on the same prompts: drafts (kaname), "
+                  "drafts that are the answer itself (kaname_ceiling), forced tokens "
+                  "unverified (kaname_forced), neither (kaname_none), and "
+                  "kaname_unconstrained; greedy_identical: the text of every verified mode "
+                  "equals kaname_none's on every prompt and run; acceptance_rate: draft tokens "
                   "kept / proposed over every kaname generation; extraction_tps_ratio: "
                   "kaname ÷ kaname_unconstrained tokens/s over the extraction prompts, "
-                  "paired per run, median",
+                  "paired per run, median; forced_tps_ratio: kaname ÷ kaname_forced over the "
+                  "other prompts, likewise; ceiling: the same two for kaname_ceiling, and "
+                  "drafts_share = kaname ÷ kaname_ceiling over every prompt",
         "order": "each engine is warmed up once on the first prompt; then per run and prompt "
                  "every engine generates once, the engine order rotating by run and prompt",
         "engines": engines,
@@ -555,20 +576,27 @@ def _print_drafts(console: Any, d: dict[str, Any]) -> None:
     t = Table(title="kaname's modes per prompt: median tok/s; draft tokens kept / proposed; "
                     "output with drafts = output with neither (every run)")
     t.add_column("prompt")
-    for col in ("drafts", "full rows", "forced", "none", "unconstrained", "kept", "identical",
-                "forcing changes it"):
+    for col in ("drafts", "ceiling", "full rows", "forced", "none", "unconstrained", "kept",
+                "identical", "forcing changes it"):
         t.add_column(col, justify="right")
     for case, c in d["cases"].items():
         tps = c["tokens_per_s"]
         t.add_row(case + (" (extraction)" if c["extraction"] else ""),
-                  *(_fmt(tps.get(m)) for m in ("drafts", "full_rows", "forced", "none",
-                                               "unconstrained")),
+                  *(_fmt(tps.get(m)) for m in ("drafts", "ceiling", "full_rows", "forced",
+                                               "none", "unconstrained")),
                   f"{c['draft_accepted']}/{c['draft_tokens']}", str(c["greedy_identical"]),
                   str(c.get("force_changes_answer", "—")))
     console.print(t)
     console.print(f"greedy identical on every prompt: {d['greedy_identical']}; acceptance rate "
                   f"{_fmt(d['acceptance_rate'], '.2f')}; extraction: drafts ÷ unconstrained "
-                  f"tok/s {_fmt(d['extraction_tps_ratio'], '.2f')}")
+                  f"tok/s {_fmt(d['extraction_tps_ratio'], '.2f')}; engine prompts: drafts ÷ "
+                  f"forced {_fmt(d['forced_tps_ratio'], '.2f')}")
+    if "ceiling" in d:
+        c = d["ceiling"]
+        console.print(f"ceiling (drafts that are the answer itself): extraction ÷ unconstrained "
+                      f"{_fmt(c['extraction_tps_ratio'], '.2f')}, engine prompts ÷ forced "
+                      f"{_fmt(c['forced_tps_ratio'], '.2f')}; drafts reach "
+                      f"{_fmt(c['drafts_share'], '.2f')} of it")
 
 
 # ---------------------------------------------------------------------------------------------

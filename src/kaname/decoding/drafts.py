@@ -8,12 +8,15 @@ Two sources, both free to compute:
       prompt or the output) proposes what followed it there. Extraction copies names, dates
       and places from the prompt, token for token.
 A draft is only a guess: the model accepts each token only where it would have chosen it.
+Any `DraftSource` can stand in for these two (`decode`'s `drafter`): the answer stays the same,
+only the speed changes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import llguidance as llg
 
@@ -24,6 +27,21 @@ from ..grammar.matcher import Matcher
 class Draft:
     tokens: list[int]
     forced: int  # how many of `tokens`, from the start, the grammar forces
+    # check the first token alone before the rest: for a guess that is mostly all or nothing
+    probe: bool = False
+
+
+class DraftSource(Protocol):
+    """Where a generation's drafts come from."""
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        """Tokens now part of the output."""
+        ...
+
+    def propose(self, matcher: Matcher, limit: int) -> Draft:
+        """A draft the grammar allows whole, at most `limit` tokens, for the state `matcher`
+        is in (which it must not change)."""
+        ...
 
 
 class PromptLookup:
@@ -87,4 +105,30 @@ class Drafter:
         if self.lookup is None:
             return Draft([], 0)
         tokens = self.lookup.propose(limit)
-        return Draft(tokens[:matcher.validate_tokens(tokens)], 0)
+        return Draft(tokens[:matcher.validate_tokens(tokens)], 0, probe=True)
+
+
+class KnownAnswer:
+    """Drafts the answer itself, where it is known: the model's greedy output for the prompt,
+    from a generation one token a call. No drafter can propose better, so verified drafts
+    from it measure the ceiling of drafting on a runtime (`kaname bench e2e`'s
+    kaname_ceiling). They are verified like any others: the output is the model's whatever
+    this proposes."""
+
+    def __init__(self, answer: Sequence[int], *, max_draft: int = 8):
+        self.answer, self.max_draft = list(answer), max_draft
+        self.at = 0  # tokens of the output so far
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        self.at += len(tokens)
+
+    def propose(self, matcher: Matcher, limit: int) -> Draft:
+        tokens = self.answer[self.at:self.at + min(limit, self.max_draft)]
+        tokens = tokens[:matcher.validate_tokens(tokens)]
+        forced, state = 0, matcher  # usage counts the forced tokens among those kept
+        while forced < len(tokens) and state.forced_bytes():
+            if state is matcher:
+                state = matcher.copy()
+            state.accept_tokens(tokens[forced:forced + 1])
+            forced += 1
+        return Draft(tokens, forced)

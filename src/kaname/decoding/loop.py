@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from ..grammar.matcher import Matcher
 from ..runtimes.base import ModelCall, ModelFacts, Rows, Runtime
-from .drafts import Drafter
+from .drafts import Drafter, DraftSource
 from .generation import FinishReason, Generation, Usage
 from .masks import MaskBuffer
 from .sampling import SamplingParams, TokenPicker, dead_end
@@ -59,16 +59,19 @@ def decode(
     lazy: bool = True,
     on_tokens: Callable[[list[int]], None] | None = None,
     drafting: Drafting = "verify",
+    drafter: DraftSource | None = None,
 ) -> Generation:
     """Generate up to `max_tokens` tokens after `prompt` on `runtime`; `matcher=None` means
-    unconstrained (and undrafted: the baseline).
+    unconstrained (and undrafted: the baseline). `drafter`: where drafts come from with
+    `drafting="verify"` (default: the grammar's forced bytes and prompt lookup, `Drafter`).
 
     `on_tokens` sees the new tokens as they are committed, except those that complete a stop
     string; an exception it raises ends the generation (that is how a server cancels one).
     """
     return run_steps(runtime, decoding(runtime, runtime.rollback, prompt, matcher, params,
                                        max_tokens=max_tokens, stop=stop, lazy=lazy,
-                                       on_tokens=on_tokens, drafting=drafting))
+                                       on_tokens=on_tokens, drafting=drafting,
+                                       drafter=drafter))
 
 
 def decoding(
@@ -84,6 +87,7 @@ def decoding(
     on_tokens: Callable[[list[int]], None] | None = None,
     drafting: Drafting = "verify",
     draft_room: Callable[[], int] | None = None,
+    drafter: DraftSource | None = None,
 ) -> Steps:
     """`decode` as the model calls it would make, for whoever makes them (`rollback` forgets
     the sequence's last n tokens); nothing runs before the first `next`. `draft_room()`: the
@@ -92,7 +96,7 @@ def decoding(
     if max_tokens < 1:
         raise ValueError("max_tokens must be >= 1")
     return _Run(model, rollback, prompt, matcher, params, max_tokens, stop, lazy, on_tokens,
-                drafting, draft_room).steps()
+                drafting, draft_room, drafter).steps()
 
 
 def run_steps(runtime: Runtime, steps: Steps) -> Generation:
@@ -116,7 +120,8 @@ class _Run:
                  matcher: Matcher | None, params: SamplingParams, max_tokens: int,
                  stop: Sequence[str], lazy: bool,
                  on_tokens: Callable[[list[int]], None] | None, drafting: Drafting,
-                 draft_room: Callable[[], int] | None = None):
+                 draft_room: Callable[[], int] | None = None,
+                 drafter: DraftSource | None = None):
         self.model, self.rollback, self.prompt, self.matcher = model, rollback, prompt, matcher
         self.max_tokens, self.stop, self.on_tokens = max_tokens, stop, on_tokens
         self.drafting = drafting if matcher is not None else "off"
@@ -124,7 +129,9 @@ class _Run:
         self.eos = frozenset(model.eos_token_ids)
         self.picker = TokenPicker(params, MaskBuffer(model.n_vocab, self.tok.vocab_size),
                                   self.eos, lazy=lazy)
-        self.drafter = Drafter(self.tok, prompt) if self.drafting == "verify" else None
+        self.drafter: DraftSource | None = None
+        if self.drafting == "verify":
+            self.drafter = drafter or Drafter(self.tok, prompt)
         # greedy reads only the allowed tokens' logits: where they are few, ask for them alone
         self.few = (FewAllowed(MaskBuffer(model.n_vocab, self.tok.vocab_size), self.eos)
                     if matcher is not None and params.greedy and model.answers_only else None)
@@ -194,14 +201,14 @@ class _Run:
                     finish = "stop" if m is not None and m.is_stopped() else "length"
                     break
                 draft: list[int] = []
-                draft_forced = 0
+                draft_forced, probe = 0, False
                 if self.drafter is not None and m is not None:
                     t2 = time.perf_counter_ns()
                     room = self.max_tokens - len(self.out)
                     if self.draft_room is not None:
                         room = min(room, self.draft_room())
                     proposed = self.drafter.propose(m, room)
-                    draft, draft_forced = proposed.tokens, proposed.forced
+                    draft, draft_forced, probe = proposed.tokens, proposed.forced, proposed.probe
                     self.costs[-1] += time.perf_counter_ns() - t2
                 if not draft:
                     t2 = time.perf_counter_ns()
@@ -211,8 +218,7 @@ class _Run:
                         ModelCall(new, [len(new) - 1], only=only))), 0)
                     continue
                 assert m is not None
-                kept, pending, logits = yield from self._verify(new, draft, m,
-                                                                probe=not draft_forced)
+                kept, pending, logits = yield from self._verify(new, draft, m, probe=probe)
                 self.drafted += len(draft)
                 self.accepted += kept
                 self.forced += min(kept, draft_forced)
