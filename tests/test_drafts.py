@@ -155,8 +155,13 @@ def test_forced_drafts_are_the_tokenizers_own(gemma):
     assert m.accept_tokens(tok.tokenize_str("t"))
     draft = Drafter(tok, []).propose(m, 16)
     assert draft.tokens and draft.forced == len(draft.tokens)
-    # (whole: the forced bytes end the output, so nothing can merge into the last token)
     assert draft.tokens == tok.tokenize_bytes(b"echnical support request")
+    # forced bytes that text follows are drafted whole too, up to the limit
+    c = GrammarCompiler(tok).compile(Regex(r"technical support [a-z]+"))
+    m = c.new_matcher()
+    assert m.accept_tokens(tok.tokenize_str("t"))
+    assert Drafter(tok, []).propose(m, 16).tokens == tok.tokenize_bytes(b"echnical support ")
+    assert Drafter(tok, []).propose(m, 1).tokens == tok.tokenize_bytes(b"echnical support ")[:1]
     assert m.validate_tokens(draft.tokens) == len(draft.tokens)
 
 
