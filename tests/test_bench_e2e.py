@@ -185,10 +185,10 @@ def test_drafts_hand_computed() -> None:
     assert d is not None and d["cases"]["company"]["greedy_identical"] is True
     assert d["cases"]["company"]["tokens_per_s"]["ceiling"] == 200.0
     # extraction 100 ÷ 40, 50 ÷ 20 -> 2.5; company 200 ÷ 100 twice -> 2.0; drafts ÷ ceiling
-    # per run over both prompts: run 0 70 / 1.5 ÷ 70 / 0.5 = 1/3, run 1 (drafts' extraction
-    # failed: company alone) 40 / 0.5 ÷ 70 / 0.8 = 0.914 -> 0.624
+    # per run over the prompts both completed: run 0 70 / 1.5 ÷ 70 / 0.5 = 1/3, run 1
+    # (drafts' extraction failed: company alone) 40 / 0.5 ÷ 40 / 0.2 = 0.4 -> 0.367
     assert d["ceiling"] == {"extraction_tps_ratio": 2.5, "forced_tps_ratio": 2.0,
-                            "drafts_share": 0.624}
+                            "drafts_share": 0.367}
     wrong = [ceiling[0], _rec("kaname_ceiling", 1, 40, 0.2, text="Z")]
     d = e2e.drafts(records + wrong, 2)  # every verified mode must give the answer
     assert d is not None and d["cases"]["company"]["greedy_identical"] is False
@@ -316,7 +316,9 @@ def test_bench_e2e_quick_json(monkeypatch: pytest.MonkeyPatch,
     assert d["greedy_identical"] is True and d["cases"]["company"]["greedy_identical"] is True
     assert set(d["cases"]["company"]["tokens_per_s"]) == {"drafts", "ceiling", "full_rows",
                                                           "forced", "none", "unconstrained"}
-    # the answer as drafts is kept whole, and no drafter does better
+    # the answer as drafts is kept whole
+    kept, proposed = d["cases"]["company"]["ceiling_kept"]
+    assert 0 < kept == proposed
     assert d["ceiling"]["drafts_share"] > 0 and d["forced_tps_ratio"] > 0
     assert d["extraction_tps_ratio"] is None  # the quick run has no extraction prompt
     assert 0 <= d["acceptance_rate"] <= 1

@@ -66,9 +66,10 @@ def test_any_draft_source_leaves_the_answer(request, runtime_name, compiled_samp
         off = decode(runtime, prompt, c.new_matcher(), SamplingParams(), max_tokens=256,
                      drafting="off")
         known = decode(runtime, prompt, c.new_matcher(), SamplingParams(), max_tokens=256,
-                       drafter=KnownAnswer(off.tokens))
+                       drafter=KnownAnswer(runtime.tokenizer, off.tokens))
         assert (known.tokens, known.finish_reason) == (off.tokens, off.finish_reason), row["id"]
         assert known.usage.draft_accepted == known.usage.draft_tokens, row["id"]
+        assert known.usage.forced_tokens <= known.usage.draft_accepted, row["id"]
         # a call per draft: the known answer needs far fewer than one per token
         assert known.usage.draft_accepted >= len(off.tokens) // 2, row["id"]
         runtime.seed = i + 1
@@ -76,7 +77,7 @@ def test_any_draft_source_leaves_the_answer(request, runtime_name, compiled_samp
                        drafting="off")
         runtime.seed = i
         wrong = decode(runtime, prompt, c.new_matcher(), SamplingParams(), max_tokens=256,
-                       drafter=KnownAnswer(other.tokens))
+                       drafter=KnownAnswer(runtime.tokenizer, other.tokens))
         assert (wrong.tokens, wrong.finish_reason) == (off.tokens, off.finish_reason), row["id"]
         wrong_rejected += wrong.usage.draft_tokens - wrong.usage.draft_accepted
     assert wrong_rejected > 0  # not vacuous: the wrong answer's drafts were turned down
@@ -156,13 +157,13 @@ def test_forced_drafts_are_the_tokenizers_own(gemma):
     draft = Drafter(tok, []).propose(m, 16)
     assert draft.tokens and draft.forced == len(draft.tokens)
     assert draft.tokens == tok.tokenize_bytes(b"echnical support request")
+    assert m.validate_tokens(draft.tokens) == len(draft.tokens)
     # forced bytes that text follows are drafted whole too, up to the limit
     c = GrammarCompiler(tok).compile(Regex(r"technical support [a-z]+"))
     m = c.new_matcher()
     assert m.accept_tokens(tok.tokenize_str("t"))
     assert Drafter(tok, []).propose(m, 16).tokens == tok.tokenize_bytes(b"echnical support ")
     assert Drafter(tok, []).propose(m, 1).tokens == tok.tokenize_bytes(b"echnical support ")[:1]
-    assert m.validate_tokens(draft.tokens) == len(draft.tokens)
 
 
 @pytest.fixture(scope="module")

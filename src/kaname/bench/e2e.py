@@ -251,9 +251,10 @@ def summarize(records: Sequence[Record], runs: int, names: Sequence[str],
 def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
     """Verified drafts against kaname's other modes, per prompt and over all: tokens/s with
     drafts (`kaname`), with the answer itself as drafts (`kaname_ceiling`), forced tokens
-    only, neither, and unconstrained; the acceptance rate; whether greedy output with drafts
-    is the output with neither on every prompt and run (a prompt that one of them failed
-    counts as not identical); on the extraction prompts, drafts ÷ unconstrained tokens/s, and
+    only, neither, and unconstrained; the acceptance rate (and the ceiling's kept / proposed
+    draft tokens per prompt); whether the greedy output of every verified mode is the output
+    with neither on every prompt and run (a prompt that one of them failed counts as not
+    identical); on the extraction prompts, drafts ÷ unconstrained tokens/s, and
     on the others drafts ÷ forced (paired per run, then the median); the same for the
     ceiling. None without both `kaname` and `kaname_none`."""
     def of(engine: str) -> list[Record]:
@@ -282,6 +283,9 @@ def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
                              for m, e in modes.items() if of(e)},
             "draft_tokens": sum(r.drafted for r in mine),
             "draft_accepted": sum(r.accepted for r in mine),
+            **({"ceiling_kept": [sum(r.accepted for r in of("kaname_ceiling") if r.case == case),
+                                 sum(r.drafted for r in of("kaname_ceiling") if r.case == case)]}
+               if of("kaname_ceiling") else {}),
             "greedy_identical": all(identical(case, e) for e in verified),
             **({"force_changes_answer": not identical(case, "kaname_forced")}
                if of("kaname_forced") else {}),
@@ -290,12 +294,17 @@ def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
     extraction = [c for c in cases if cases[c]["extraction"]]
     existing = [c for c in cases if not cases[c]["extraction"]]
 
+    ok = {(r.engine, r.case, r.run) for r in records if r.error is None}
+
     def ratio(a: str, b: str, among: Sequence[str]) -> float | None:
-        """a ÷ b tokens/s over the prompts `among`, paired per run, median."""
+        """a ÷ b tokens/s over the prompts `among`, per run over the prompts both engines
+        completed in it (so that both divide the same work), then the median over runs."""
         if not among or not of(a) or not of(b):
             return None
         def tps(engine: str) -> list[float | None]:
-            return per_run([r for r in of(engine) if r.case in among], runs)["tps"]
+            return per_run([r for r in of(engine) if r.case in among
+                            and (a, r.case, r.run) in ok and (b, r.case, r.run) in ok],
+                           runs)["tps"]
         return _round(paired_ratio(tps(a), tps(b)), 3)
 
     return {
@@ -407,6 +416,17 @@ def run(config: Config, names: Sequence[str], *, threads: int | None = None,
                 prepared[name, case.name] = drivers[name].prepare(case)
             except Exception as e:
                 prepared[name, case.name] = _Refused(f"the schema was refused: {first_line(e)}")
+    for name in order:  # what a driver needs to know before any timed run (the ceiling's answers)
+        ready = getattr(drivers[name], "before_timing", None)
+        if ready is None:
+            continue
+        for case in cases:
+            if isinstance(prepared[name, case.name], _Refused):
+                continue
+            try:
+                ready(prepared[name, case.name], case, prompts[case.name], config.max_tokens)
+            except Exception as e:
+                prepared[name, case.name] = _Refused(f"no answer to draft: {first_line(e)}")
     print(f"kaname bench e2e: warm-up ({', '.join(order)})…", file=sys.stderr)
     for name in order:
         _timed(drivers[name], prepared[name, cases[0].name], cases[0], prompts[cases[0].name],
@@ -574,7 +594,7 @@ def _print_drafts(console: Any, d: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(title="kaname's modes per prompt: median tok/s; draft tokens kept / proposed; "
-                    "output with drafts = output with neither (every run)")
+                    "every verified mode's output = output with neither (every run)")
     t.add_column("prompt")
     for col in ("drafts", "ceiling", "full rows", "forced", "none", "unconstrained", "kept",
                 "identical", "forcing changes it"):

@@ -19,6 +19,9 @@ Every driver answers three calls:
   ran before;
 - `generate(prepared, case, prompt, max_tokens)` (timed): one greedy generation.
 
+A driver may also answer `before_timing(prepared, case, prompt, max_tokens)`, called for every
+prompt before the warm-up (kaname_ceiling generates there the answer its drafts will be).
+
 A peer that cannot be imported (or set up) raises `Unavailable` with the reason, at setup.
 """
 
@@ -81,6 +84,12 @@ _KANAME_METHODS = {
 }
 
 
+_CEILING = ("drafter=KnownAnswer(answer)), greedy: drafts that are the answer itself (its "
+            "tokens from an untimed generation one token a call, made before any timed run), "
+            "verified like any draft: no drafter can do better, so this is the ceiling of "
+            "verified drafts on this runtime")
+
+
 class KanameDriver:
     def __init__(self, engine: Any, name: str):
         self.engine = engine
@@ -90,16 +99,13 @@ class KanameDriver:
         self.constrained = self.drafting is not None
         self.version = version_of("kaname")
         if self.drafting is not None:
-            self.method = (f"Engine.generate(prompt ids, schema, drafting={self.drafting!r}), "
-                           f"greedy: {_KANAME_METHODS[self.drafting]}; constraint time = the "
+            how = (_CEILING if name == "kaname_ceiling" else
+                   f"drafting={self.drafting!r}), greedy: {_KANAME_METHODS[self.drafting]}")
+            self.method = (f"Engine.generate(prompt ids, schema, {how}; constraint time = the "
                            "decode loop's constraint_ns (pick incl. its argmax over the "
                            "logits, commit, drafts), measured directly"
                            + ("; every logits row in full (LlamaCppRuntime(few_rows=False))"
-                              if name == "kaname_full_rows" else "")
-                           + ("; the drafts are the answer itself (KnownAnswer: the tokens of "
-                              "an untimed generation one token a call), so no drafter can do "
-                              "better: the ceiling of verified drafts on this runtime"
-                              if name == "kaname_ceiling" else ""))
+                              if name == "kaname_full_rows" else ""))
         else:
             self.method = ("Engine.generate(prompt ids, None), greedy: kaname's decode loop on "
                            "its LlamaCppRuntime with no matcher; sampling time = its argmax")
@@ -109,6 +115,13 @@ class KanameDriver:
 
     def prime(self, prompt: Sequence[int]) -> None:
         self.engine.runtime.start([*prompt, prompt[-1]])
+
+    def before_timing(self, prepared: Any, case: Case, prompt: Sequence[int],
+                      max_tokens: int) -> None:
+        """kaname_ceiling: the answer its drafts will be, one token a call (untimed)."""
+        if self.name == "kaname_ceiling":
+            self.answers[case.name, tuple(prompt), max_tokens] = self.engine.generate(
+                list(prompt), prepared, max_tokens=max_tokens, drafting="off").tokens
 
     def generate(self, prepared: Any, case: Case, prompt: Sequence[int],
                  max_tokens: int) -> Generation:
@@ -120,14 +133,10 @@ class KanameDriver:
 
         drafter = None
         if self.name == "kaname_ceiling":
-            key = (case.name, tuple(prompt), max_tokens)
-            if key not in self.answers:  # untimed, then the KV cache as `prime` leaves it
-                self.answers[key] = self.engine.generate(
-                    list(prompt), prepared, max_tokens=max_tokens, drafting="off").tokens
-                self.prime(prompt)
             from ..decoding.drafts import KnownAnswer
 
-            drafter = KnownAnswer(self.answers[key])
+            drafter = KnownAnswer(self.engine.runtime.tokenizer,
+                                  self.answers[case.name, tuple(prompt), max_tokens])
         t0 = clock()
         r = self.engine.generate(list(prompt), prepared, max_tokens=max_tokens,
                                  temperature=0.0, drafting=self.drafting or "off",

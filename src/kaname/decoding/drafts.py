@@ -112,20 +112,25 @@ class KnownAnswer:
     kaname_ceiling). They are verified like any others: the output is the model's whatever
     this proposes."""
 
-    def __init__(self, answer: Sequence[int], *, max_draft: int = 8):
-        self.answer, self.max_draft = list(answer), max_draft
+    def __init__(self, tokenizer: llg.LLTokenizer, answer: Sequence[int], *,
+                 max_draft: int = 8):
+        self.tok, self.answer, self.max_draft = tokenizer, list(answer), max_draft
         self.at = 0  # tokens of the output so far
 
     def commit(self, tokens: Sequence[int]) -> None:
         self.at += len(tokens)
 
     def propose(self, matcher: Matcher, limit: int) -> Draft:
-        tokens = self.answer[self.at:self.at + min(limit, self.max_draft)]
+        limit = min(limit, self.max_draft)
+        if limit <= 0:
+            return Draft([], 0)
+        tokens = self.answer[self.at:self.at + limit]
         tokens = tokens[:matcher.validate_tokens(tokens)]
-        forced, state = 0, matcher  # usage counts the forced tokens among those kept
-        while forced < len(tokens) and state.forced_bytes():
-            if state is matcher:
-                state = matcher.copy()
-            state.accept_tokens(tokens[forced:forced + 1])
+        # forced as `Drafter` counts them: the leading tokens that spell the forced bytes
+        forced, spelled, left = 0, b"", matcher.forced_bytes()
+        for t in tokens:
+            spelled += self.tok.decode_bytes([t])
+            if not left.startswith(spelled):
+                break
             forced += 1
         return Draft(tokens, forced)

@@ -131,7 +131,7 @@ class _Run:
                                   self.eos, lazy=lazy)
         self.drafter: DraftSource | None = None
         if self.drafting == "verify":
-            self.drafter = drafter or Drafter(self.tok, prompt)
+            self.drafter = drafter if drafter is not None else Drafter(self.tok, prompt)
         # greedy reads only the allowed tokens' logits: where they are few, ask for them alone
         self.few = (FewAllowed(MaskBuffer(model.n_vocab, self.tok.vocab_size), self.eos)
                     if matcher is not None and params.greedy and model.answers_only else None)
