@@ -95,6 +95,43 @@ def test_a_caller_that_goes_away_cancels_the_work():
     asyncio.run(main())
 
 
+def test_work_is_cancelled_once_when_its_caller_goes_away_during_the_cleanup():
+    """The deadline cancels the work; the caller goes away while the work cleans up. The work
+    gets one cancel: a second would cut its cleanup short (httpcore then leaves an upstream
+    connection in its pool for good: test_upstream_cancel.py)."""
+    async def main() -> None:
+        life = Lifecycle(0.05)
+        cancels = 0
+        release = asyncio.Event()  # the cleanup lasts until the test has cancelled the caller
+
+        async def work() -> str:
+            nonlocal cancels
+            try:
+                await asyncio.sleep(5.0)
+            except asyncio.CancelledError:
+                cancels += 1
+                while not release.is_set():
+                    try:
+                        await release.wait()
+                    except asyncio.CancelledError:
+                        cancels += 1
+                raise
+            return "done"
+
+        task = asyncio.create_task(life.deadline({}).running(work()))
+        while cancels == 0:  # the deadline passed: the work is cleaning up
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.sleep(0.05)
+        assert cancels == 1
+
+    asyncio.run(main())
+
+
 def test_nothing_waits_once_draining():
     async def main() -> None:
         life = Lifecycle(10.0)

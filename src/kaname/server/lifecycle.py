@@ -144,14 +144,17 @@ class Deadline:
         task = asyncio.ensure_future(work)
         waiter = flag.waiter()
         either: set[asyncio.Future[Any]] = {task, waiter}
+        cancelled = False
         try:
             done, _ = await asyncio.wait(either, timeout=self.left(),
                                          return_when=asyncio.FIRST_COMPLETED)
             if not task.done():
                 task.cancel()
+                cancelled = True
                 await asyncio.wait({task})
         except BaseException:
-            task.cancel()
+            if not cancelled:  # a second cancel would cut short the cleanup the first began
+                task.cancel()
             raise
         finally:
             flag.forget(waiter)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 
 import httpx
 import llguidance as llg
@@ -24,6 +24,8 @@ from .admission import Admission, Slot
 from .backend import GenParams, TextSink
 from .errors import APIError
 from .metrics import Metrics
+
+T = TypeVar("T")
 
 
 def discover_model(url: str, api_key: str | None, timeout: float = 10.0) -> str:
@@ -79,7 +81,7 @@ class UpstreamBackend:
         slot.taken = True
         try:
             async with asyncio.timeout(self.request_timeout):
-                return await self._generate(prompt, compiled, params, sink)
+                return await _cancelled_once(self._generate(prompt, compiled, params, sink))
         except TimeoutError:
             raise APIError(504, f"upstream did not finish within {self.request_timeout:.0f} s",
                            code="upstream_timeout") from None
@@ -194,6 +196,21 @@ class UpstreamBackend:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+async def _cancelled_once(work: Coroutine[Any, Any, T]) -> T:
+    """`work` in a task of its own that is cancelled at most once, however often its caller is
+    (a deadline, the timeout here, a client that went away). On a cancel httpcore closes the
+    upstream connection in its exception handler; a second cancel landing inside that handler
+    leaves the connection ACTIVE in the pool for good (httpx 0.28), and once the pool is full of
+    them every later request waits for a connection until its deadline."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait({task})  # cancelled again here, the task still finishes its cleanup
+        raise
 
 
 def _upstream_refusal(status: int, body: bytes) -> APIError:
