@@ -97,8 +97,8 @@ def test_a_caller_that_goes_away_cancels_the_work():
 
 def test_work_is_cancelled_once_when_its_caller_goes_away_during_the_cleanup():
     """The deadline cancels the work; the caller goes away while the work cleans up. The work
-    gets one cancel: a second would cut its cleanup short (httpcore then leaves an upstream
-    connection in its pool for good: test_upstream_cancel.py)."""
+    gets one cancel: a second would cut short whatever cleanup the first began (closing an
+    upstream connection, for one: test_upstream_cancel.py)."""
     async def main() -> None:
         life = Lifecycle(0.05)
         cancels = 0
@@ -128,6 +128,30 @@ def test_work_is_cancelled_once_when_its_caller_goes_away_during_the_cleanup():
         release.set()
         await asyncio.sleep(0.05)
         assert cancels == 1
+
+    asyncio.run(main())
+
+
+def test_a_slot_admitted_as_the_caller_goes_away_is_released():
+    """Admitted in the same pass of the loop as the caller is cancelled: the caller never
+    gets the slot, so `lost` must release it, or the server has one slot less for good."""
+    async def main() -> None:
+        life = Lifecycle(10.0)
+        free = asyncio.Event()
+        lost: list[str] = []
+
+        async def admit() -> str:
+            await free.wait()
+            return "slot"
+
+        task = asyncio.create_task(life.deadline({}).queued(admit(), lost=lost.append))
+        await asyncio.sleep(0.05)  # waiting for a slot
+        free.set()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)
+        assert lost == ["slot"]
 
     asyncio.run(main())
 

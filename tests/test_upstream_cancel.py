@@ -37,8 +37,10 @@ def test_cancels_in_any_rhythm_leave_the_upstream_usable(gemma):
                     asked = len(seen)
                     task = asyncio.create_task(backend.generate("FAULT:stall-headers", compiled,
                                                                 PARAMS))
-                    while len(seen) == asked:  # the upstream has it, and stalls
-                        await asyncio.sleep(0.01)
+                    async with asyncio.timeout(5.0):
+                        while len(seen) == asked:  # the upstream has it, and stalls
+                            assert not task.done(), task
+                            await asyncio.sleep(0.01)
                     await asyncio.sleep(0.05)  # its headers came: the body is being read
                     task.cancel()
                     for _pass in range(passes):

@@ -35,7 +35,7 @@ class Call:
         """Wait for a generation slot. A stream takes it before its 200, so that a full
         queue is a 429, a timeout a 504 and a shutdown a 503, not an error event."""
         if self.slot is None:
-            self.slot = await self.deadline.queued(self.backend.admit())
+            self.slot = await self.deadline.queued(self.backend.admit(), lost=Slot.release)
         return self.slot
 
     async def run(self, sink: Any) -> Generation:

@@ -113,15 +113,17 @@ class Deadline:
                  f"its grammar compiled) within the request timeout of {life.request_timeout:g} s",
             code="timeout"))
 
-    async def queued(self, admission: Awaitable[T]) -> T:
+    async def queued(self, admission: Awaitable[T],
+                     lost: Callable[[T], None] | None = None) -> T:
         """`admission` (waiting for a generation slot), within the deadline; nothing is
-        admitted once the server drains."""
+        admitted once the server drains. `lost(slot)`: a slot admitted as the caller went
+        away, which no one else would release."""
         life = self.lifecycle
         return await self._until(admission, life.draining, lambda: APIError(
             503, "server shutting down: waiting requests are not started; retry",
             code="shutting_down"), lambda: APIError(
             504, f"timed out after {life.request_timeout:g} s waiting for a generation slot",
-            code="timeout"))
+            code="timeout"), lost)
 
     async def running(self, generation: Awaitable[T]) -> T:
         """`generation`, within the deadline and the grace period of a shutdown."""
@@ -133,10 +135,13 @@ class Deadline:
                              code="timeout"))
 
     async def _until(self, work: Awaitable[T], flag: _Flag,
-                     stopped: Callable[[], APIError], late: Callable[[], APIError]) -> T:
+                     stopped: Callable[[], APIError], late: Callable[[], APIError],
+                     lost: Callable[[T], None] | None = None) -> T:
         """`work`'s result, or `stopped()` once `flag` is set, or `late()` at the deadline;
         `work` is cancelled when it loses (a generation then stops at its next token), and
-        when this is (the client went away). Nothing starts once `flag` is set."""
+        when this is (the client went away): once, so that its cleanup runs to the end; a
+        result it gives all the same then goes to `lost`. Nothing starts once `flag` is
+        set."""
         if flag.is_set:
             if asyncio.iscoroutine(work):
                 work.close()  # never started: no "never awaited" warning
@@ -155,6 +160,9 @@ class Deadline:
         except BaseException:
             if not cancelled:  # a second cancel would cut short the cleanup the first began
                 task.cancel()
+            if lost is not None:  # done as this was cancelled, or done despite its cancel
+                task.add_done_callback(
+                    lambda t: t.cancelled() or t.exception() is not None or lost(t.result()))
             raise
         finally:
             flag.forget(waiter)

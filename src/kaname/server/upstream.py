@@ -205,6 +205,8 @@ async def _cancelled_once(work: Coroutine[Any, Any, T]) -> T:
     leaves the connection ACTIVE in the pool for good (httpx 0.28), and once the pool is full of
     them every later request waits for a connection until its deadline."""
     task = asyncio.ensure_future(work)
+    # retrieved here too: once its caller is gone no one awaits it
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
