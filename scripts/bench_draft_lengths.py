@@ -68,10 +68,6 @@ def no_drafts(d: Draft, c: Context) -> Draft:
     return Draft([], 0)
 
 
-def mid_word_none(d: Draft, c: Context) -> Draft:
-    return Draft([], 0) if _mid_word(d, c) else d
-
-
 def mid_word_probe(d: Draft, c: Context) -> Draft:
     return Draft(d.tokens, d.forced, True) if _mid_word(d, c) else d
 
@@ -101,15 +97,18 @@ def oracle_length(d: Draft, c: Context) -> Draft:
     return Draft(d.tokens[:n], min(n, d.forced))
 
 
-RULES: dict[str, tuple[str, Rule]] = {
-    "shipped": ("drafts as shipped (Drafter)", shipped),
-    "no_drafts": ("one token a call", no_drafts),
-    "mid_word_none": ("no forced draft that goes on with a word the model started", mid_word_none),
-    "mid_word_probe": ("such a draft checks its first token alone first", mid_word_probe),
-    "after_reject_probe": ("after a rejection, the next draft's first token alone first",
+# name: (what it is, Drafter's word_rests, the rule)
+RULES: dict[str, tuple[str, bool, Rule]] = {
+    "shipped": ("drafts as shipped (Drafter)", False, shipped),
+    "no_drafts": ("one token a call", False, no_drafts),
+    "word_rests": ("forced drafts that go on with a word the model began too (word_rests=True, "
+                   "the default before)", True, shipped),
+    "word_rests_probe": ("those, their first token checked alone first", True, mid_word_probe),
+    "after_reject_probe": ("after a rejection, the next draft's first token alone first", False,
                            after_reject_probe),
-    "cut_at_word": ("forced drafts end before a token that starts a word", cut_at_word),
-    "oracle_length": ("bound: drafts cut exactly where the model rejects them", oracle_length),
+    "cut_at_word": ("forced drafts end before a token that starts a word", False, cut_at_word),
+    "oracle_length": ("bound: drafts cut exactly where the model rejects them", False,
+                      oracle_length),
 }
 
 
@@ -199,10 +198,10 @@ def main() -> None:
         assert tokens is not None  # a local model's generation has its tokens
         answers[case.name] = tokens
     results: dict[str, dict[str, Replayed]] = {}
-    for name, (_, rule) in RULES.items():
+    for name, (_, word_rests, rule) in RULES.items():
         results[name] = {c.name: replay(answers[c.name], compiled[c.name],
-                                        Drafter(tok, prompts[c.name]), rule, tok, costs, exact)
-                         for c in cases}
+                                        Drafter(tok, prompts[c.name], word_rests=word_rests),
+                                        rule, tok, costs, exact) for c in cases}
     results["ceiling"] = {c.name: replay(answers[c.name], compiled[c.name],
                                          KnownAnswer(tok, answers[c.name]), shipped, tok, costs,
                                          exact) for c in cases}

@@ -18,7 +18,7 @@ from scipy.stats import chi2_contingency
 from serverproc import ServerProcess
 
 from kaname.decoding import SamplingParams, decode
-from kaname.decoding.drafts import Drafter, KnownAnswer, PromptLookup
+from kaname.decoding.drafts import Draft, Drafter, KnownAnswer, PromptLookup
 from kaname.grammar import Choice, GrammarCompiler, JsonSchema, Regex
 from kaname.runtimes.scripted import ScriptedRuntime
 
@@ -164,6 +164,34 @@ def test_forced_drafts_are_the_tokenizers_own(gemma):
     assert m.accept_tokens(tok.tokenize_str("t"))
     assert Drafter(tok, []).propose(m, 16).tokens == tok.tokenize_bytes(b"echnical support ")
     assert Drafter(tok, []).propose(m, 1).tokens == tok.tokenize_bytes(b"echnical support ")[:1]
+
+
+def test_no_forced_draft_goes_on_with_a_word_the_model_began(gemma):
+    """After the model's `t`, the forced `echnical` is not drafted (the model spells such a
+    word its own way); where the forced bytes start a new word or are punctuation, they are."""
+    tok = gemma.tokenizer
+    c = GrammarCompiler(tok).compile(Choice(("technical support request", "billing")))
+    m = c.new_matcher()
+    started = tok.tokenize_str("t")
+    assert m.accept_tokens(started)
+    drafter = Drafter(tok, [])
+    drafter.commit(started)
+    assert drafter.propose(m, 16) == Draft([], 0)
+    drafter = Drafter(tok, [], word_rests=True)  # the rule before
+    drafter.commit(started)
+    assert drafter.propose(m, 16).tokens == tok.tokenize_bytes(b"echnical support request")
+    m = c.new_matcher()
+    whole = tok.tokenize_str("technical")
+    assert m.accept_tokens(whole)  # the word is done: ` support request` is drafted
+    drafter = Drafter(tok, [])
+    drafter.commit(whole)
+    assert drafter.propose(m, 16).tokens == tok.tokenize_bytes(b" support request")
+    c = GrammarCompiler(tok).compile(Regex(r"a\.[a-z]+"))
+    m = c.new_matcher()
+    assert m.accept_tokens(tok.tokenize_str("a"))  # a letter, then forced punctuation
+    drafter = Drafter(tok, [])
+    drafter.commit(tok.tokenize_str("a"))
+    assert drafter.propose(m, 16).tokens == tok.tokenize_bytes(b".")
 
 
 @pytest.fixture(scope="module")
