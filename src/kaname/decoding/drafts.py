@@ -107,9 +107,9 @@ class Drafter:
                 # the rest of a word the model began (`t` → `echnical`): a model made to write
                 # a word it did not choose spells it in pieces of its own (`t|ec|h|nic|al`), so
                 # such drafts are mostly rejected at their first token, a call's worth of
-                # tokens for nothing. In process, 9 runs alternating over the seven bench
-                # prompts: 1.04x (each run 1.01-1.12x; triage 1.26x, tool_call 0.95x, where
-                # `passenger` → `s":` is kept); scripts/bench_draft_lengths.py
+                # tokens for nothing. scripts/bench_word_rests.py, twice: 1.04x and 1.01x
+                # (median over the seven bench prompts), triage 1.26-1.28x, tool_call
+                # 0.95-0.96x (`passenger` → `s":` is kept there), the rest 1.00-1.10x
                 return Draft([], 0)
             if n:
                 return Draft(tokens[:n], n)
