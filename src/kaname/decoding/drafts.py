@@ -3,7 +3,7 @@
 Two sources, both free to compute:
   the grammar's forced bytes, tokenized as the model's tokenizer writes them (llguidance's own
       forced tokens split bytes the way its token trie walks them, `e|chn|ical`, which a model
-      rarely chooses);
+      rarely chooses), except the rest of a word the model began (`Drafter.propose`);
   prompt lookup: the longest recent n-gram of the output that also occurs earlier (in the
       prompt or the output) proposes what followed it there. Extraction copies names, dates
       and places from the prompt, token for token.
