@@ -273,9 +273,11 @@ def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
              "forced": "kaname_forced", "none": "kaname_none",
              "unconstrained": "kaname_unconstrained"}
     verified = [e for e in ("kaname", "kaname_ceiling", "kaname_full_rows") if of(e)]
+    ceiling = of("kaname_ceiling")
     cases: dict[str, dict[str, Any]] = {}
     for case in dict.fromkeys(r.case for r in of("kaname")):
         mine = [r for r in of("kaname") if r.case == case]
+        known = [r for r in ceiling if r.case == case]
         cases[case] = {
             "extraction": case in _EXTRACTION,
             "tokens_per_s": {m: _round(median([div(r.tokens, r.seconds) for r in of(e)
@@ -283,9 +285,8 @@ def drafts(records: Sequence[Record], runs: int) -> dict[str, Any] | None:
                              for m, e in modes.items() if of(e)},
             "draft_tokens": sum(r.drafted for r in mine),
             "draft_accepted": sum(r.accepted for r in mine),
-            **({"ceiling_kept": [sum(r.accepted for r in of("kaname_ceiling") if r.case == case),
-                                 sum(r.drafted for r in of("kaname_ceiling") if r.case == case)]}
-               if of("kaname_ceiling") else {}),
+            **({"ceiling_kept": [sum(r.accepted for r in known), sum(r.drafted for r in known)]}
+               if ceiling else {}),
             "greedy_identical": all(identical(case, e) for e in verified),
             **({"force_changes_answer": not identical(case, "kaname_forced")}
                if of("kaname_forced") else {}),
