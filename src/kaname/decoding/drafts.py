@@ -101,7 +101,14 @@ class Drafter:
             # (`",` for `"`), a rejection that costs a token of the call; leaving the last
             # token out cost a token of a later call every time (3% slower over the bench
             # prompts, 9 alternating runs)
-            tokens = self.tok.tokenize_bytes(forced)[:limit]
+            # only what a draft can reach is tokenized (all of a 1 MB literal took 0.16 s a
+            # step, holding the GIL); where that cuts the run, its last token may straddle
+            # the cut, so it is left out
+            reach = limit * _BYTES_PER_TOKEN
+            tokens = self.tok.tokenize_bytes(forced[:reach])
+            if len(forced) > reach:
+                tokens = tokens[:-1]
+            tokens = tokens[:limit]
             n = matcher.validate_tokens(tokens)
             if n and not self.word_rests and _word_byte(self.last) and _word_byte(forced[:1]):
                 # the rest of a word the model began (`t` → `echnical`): a model made to write
@@ -117,6 +124,9 @@ class Drafter:
             return Draft([], 0)
         tokens = self.lookup.propose(limit)
         return Draft(tokens[:matcher.validate_tokens(tokens)], 0, probe=True)
+
+
+_BYTES_PER_TOKEN = 64  # above the longest spelling of a token in the vocabularies served
 
 
 def _word_byte(b: bytes) -> bool:

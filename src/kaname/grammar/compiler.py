@@ -29,12 +29,15 @@ from ..errors import (
     InvalidSchemaError,
     UnsupportedSchemaError,
 )
-from .cache import ByteLRU, Refusal, compiled_size, key_hash
+from .budget import DEFAULT_BUDGET, Budget, probe
+from .cache import ByteLRU, Refusal, compiled_size, key_hash, resident_bytes
 from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex
 from .dialect import dialect_of
 from .guards import Guards
-from .lark import JSON_OBJECT_SCHEMA, constraint_lark, guarded_json, start_rule
-from .matcher import WARM_MAX_CHARS, Matcher, Spellings, spellings, warm
+from .lark import JSON_OBJECT_SCHEMA, NOT_ENFORCED, constraint_lark, guarded_json, start_rule
+from .matcher import LONG_FORCED, WARM_MAX_CHARS, Matcher, Spellings, spellings, warm
+from .numbers import not_enforced_numbers
+from .postcheck import exact_validator, is_valid, json_object_valid, validation_depth_error
 from .rewrite import rewrite_schema
 from .schema_walk import escape, format_pointers, keyword_pointers, resolve_pointer
 
@@ -42,6 +45,9 @@ T = TypeVar("T")
 
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
 _UNKNOWN_FORMAT = re.compile(r"Unknown format: (\S+)")
+# llguidance reports a Rust panic as an error whose text is the panic and its backtrace:
+# the 400 names what it means, never that text.
+_PANIC = r"(^|\s)panic: "
 # llguidance's limits (LLParserLimits), as its messages name them, and what each means for
 # the constraint that hit it: the one place that reads them, at compile time and while
 # decoding (`limit_error`).
@@ -49,6 +55,8 @@ _LIMITS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern, re.IGNORECASE), meaning) for pattern, meaning in (
         (r"grammar size \(number of symbols\) too big",
          "the grammar has too many symbols (max_grammar_size)"),
+        (r"symbols\.len\(\) < u16::MAX",
+         "the grammar has more symbols than the engine's table holds (65,535)"),
         (r"initial lexer configuration \(grammar\) too big",
          "the lexer's first state costs too much to build: too many or too large tokens, "
          "regexes or options (initial_lexer_fuel)"),
@@ -69,6 +77,7 @@ _LIMITS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
          "the constraint exceeds a size limit of the grammar engine"),
         (r"too complex|TooComplex|too many|too large|limit|lexer error",
          "the grammar exceeds a limit of the grammar engine"),
+        (_PANIC, "the grammar engine stopped on an internal check"),
     ))
 
 
@@ -80,9 +89,9 @@ def limit_error(message: str, what: str = "constraint") -> GrammarTooComplexErro
     line = _first_line(message)
     for pattern, meaning in _LIMITS:
         if pattern.search(line):
+            quoted = "" if re.search(_PANIC, line) else f" (llguidance: {line})"
             return GrammarTooComplexError(
-                f"{what} is too costly for the grammar engine: {meaning}; "
-                f"simplify it (llguidance: {line})")
+                f"{what} is too costly for the grammar engine: {meaning}; simplify it{quoted}")
     return None
 
 
@@ -104,6 +113,9 @@ class CompiledConstraint:
     matcher: llg.LLMatcher
     schema: Any = None  # the user's schema, for the jsonschema post-check
     first_mask: Any = None  # the mask before any token (int32 words; Matcher's first_mask)
+    # a long run of bytes forced before any token, computed in the budget's child (Matcher's
+    # forced_bytes: llguidance holds the GIL for it, 0.55 s for a 1 MB literal)
+    first_forced: bytes | None = None
     spellings: Spellings | None = None  # the vocabulary's, for Matcher.widen
     not_enforced: tuple[NotEnforced, ...] = ()
     caps: dict[str, Any] = field(default_factory=dict)
@@ -114,22 +126,19 @@ class CompiledConstraint:
         return isinstance(self.constraint, JsonSchema | JsonObject)
 
     def new_matcher(self) -> Matcher:
-        return Matcher(self.matcher.deep_copy(), self.first_mask, self.spellings)
+        return Matcher(self.matcher.deep_copy(), self.first_mask, self.spellings,
+                       forced=self.first_forced)
 
     def validate(self, text: str) -> bool | None:
-        """Independent post-check: jsonschema for JSON constraints, None for the others."""
+        """Independent post-check: jsonschema for JSON constraints, None for the others.
+        Numbers are read exactly and nothing raises (postcheck.py)."""
         if not self.is_json:
             return None
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return False
         if isinstance(self.constraint, JsonObject):
-            return isinstance(value, dict)
+            return json_object_valid(text)
         if self._validator is None:
-            cls = dialect_of(self.schema)
-            self._validator = cls(self.schema, format_checker=cls.FORMAT_CHECKER)
-        return bool(self._validator.is_valid(value))
+            self._validator = exact_validator(self.schema)
+        return is_valid(self._validator, text)
 
 
 def accepts(compiled: CompiledConstraint, tokenizer: llg.LLTokenizer, text: str) -> bool:
@@ -192,8 +201,11 @@ class GrammarCompiler:
     def __init__(self, tokenizer: llg.LLTokenizer, *, guards: Guards | None = None,
                  cache_bytes: int = CACHE_BYTES, refused_bytes: int = REFUSED_BYTES,
                  limits: llg.LLParserLimits | None = None,
-                 max_constraint_bytes: int = MAX_CONSTRAINT_BYTES):
+                 max_constraint_bytes: int = MAX_CONSTRAINT_BYTES,
+                 budget: Budget | None = DEFAULT_BUDGET):
         self.tokenizer = tokenizer
+        # large constraints are first compiled in a child under this budget (None: never)
+        self.budget = budget
         self.max_constraint_bytes = max_constraint_bytes
         self.guards = guards or Guards()
         self.limits = limits or default_limits()
@@ -229,17 +241,38 @@ class GrammarCompiler:
             raise refusal.error()
         self._count(hit=False)
         try:
+            first_forced = None
+            if self.budget is not None and len(key) >= self.budget.min_bytes:
+                first_forced = probe(lambda: self._compile_in_child(c, g), self.budget,
+                                     extra_reserved=_STACK_BYTES)
+            before = resident_bytes()
             try:
                 compiled = self._compile(c, g)
             except RecursionError as e:
                 raise GrammarTooComplexError("constraint is nested too deeply") from e
+            grown = resident_bytes() - before
         except ConstraintError as e:  # a property of the constraint: the same every time
             refusal = Refusal.of(e)
             self.refused.put(digest, refusal, refusal.size)
             raise
-        self.cache.put(digest, compiled, compiled_size(
-            compiled.grammar, len(key), compiled.first_mask.nbytes))
+        if isinstance(first_forced, bytes):
+            compiled.first_forced = first_forced
+        # what the process grew by while compiling, where the estimate says less: the
+        # bound follows memory (other threads' growth counts too: the cache then holds
+        # less, never more)
+        self.cache.put(digest, compiled, max(grown, compiled_size(
+            compiled.grammar, len(key), compiled.first_mask.nbytes)))
         return compiled
+
+    def _compile_in_child(self, c: Constraint, g: Guards) -> bytes | None:
+        """The compile, in a forked child (budget.py): only this thread was copied, so a
+        lock another thread held at the fork would never be released here. Returns the
+        bytes forced before any token where they are a long run (computed here, where
+        holding the GIL stalls no one)."""
+        global _stack_lock
+        _stack_lock = threading.Lock()
+        forced = self._compile(c, g).new_matcher().forced_bytes()
+        return forced if len(forced) > LONG_FORCED else None
 
     def _count(self, *, hit: bool) -> None:
         with self._counts:
@@ -266,6 +299,9 @@ class GrammarCompiler:
                                         rewrite=False)
         user_schema = _plain(c.schema)
         _check_metaschema(user_schema)
+        too_deep = validation_depth_error(user_schema)  # the post-check's limit
+        if too_deep is not None:
+            raise too_deep
         # Keywords llguidance refuses are rewritten into equivalent ones it enforces
         # (rewrite.py, applied inside guarded_json); the post-check still validates against
         # the user's schema.
@@ -273,8 +309,12 @@ class GrammarCompiler:
             try:
                 return self._compile_schema(c, g, user_schema, user_schema, c.strict)
             except ConstraintError as e:
-                if guarded_json(user_schema, g, strict=c.strict)[0] == \
-                        guarded_json(user_schema, g, strict=c.strict, rewrite=False)[0]:
+                try:
+                    same = guarded_json(user_schema, g, strict=c.strict)[0] == \
+                        guarded_json(user_schema, g, strict=c.strict, rewrite=False)[0]
+                except GrammarTooComplexError:
+                    raise e from None  # the schema as written costs more still (costs.py)
+                if same:
                     raise
                 if _names_a_user_keyword(e, user_schema):
                     raise  # what still blocks the schema once the rest is rewritten
@@ -292,14 +332,17 @@ class GrammarCompiler:
                         user_schema: Any, strict: bool, *,
                         rewrite: bool = True) -> CompiledConstraint:
         expr, caps = guarded_json(schema, g, strict=strict, rewrite=rewrite)
+        too_costly = [NotEnforced("minProperties", p) for p in caps.pop(NOT_ENFORCED, [])]
         lark = start_rule(expr)
         is_error, messages = _on_big_stack(lambda: llg.LLMatcher.validate_grammar_with_warnings(
             llg.LLMatcher.grammar_from_lark(lark), self.tokenizer, limits=self.limits))
         if is_error:
             raise _schema_error(messages[0] if messages else "unknown error", user_schema)
-        not_enforced = () if strict else tuple(
+        not_enforced = () if strict else tuple(dict.fromkeys(
             _not_enforced(messages, user_schema)
-            + self._coerced_one_of(schema, user_schema, g, rewrite=rewrite))
+            + self._coerced_one_of(schema, user_schema, g, rewrite=rewrite)
+            + [NotEnforced(k, p) for k, p in not_enforced_numbers(user_schema)]
+            + too_costly))
         compiled = self._finish(c, lark, InvalidSchemaError, "schema")
         compiled.schema = user_schema
         compiled.not_enforced = not_enforced
@@ -314,7 +357,10 @@ class GrammarCompiler:
         pointers = keyword_pointers(user_schema, "oneOf")
         if not pointers:
             return []
-        lark = start_rule(guarded_json(schema, g, strict=True, rewrite=rewrite)[0])
+        try:
+            lark = start_rule(guarded_json(schema, g, strict=True, rewrite=rewrite)[0])
+        except ConstraintError:  # refused before llguidance (numbers.py): every oneOf
+            return [NotEnforced("oneOf", p) for p in pointers]
         is_error, messages = _on_big_stack(lambda: llg.LLMatcher.validate_grammar_with_warnings(
             llg.LLMatcher.grammar_from_lark(lark), self.tokenizer, limits=self.limits))
         if not is_error:
@@ -522,7 +568,7 @@ def _not_enforced(messages: list[str], schema: Any) -> list[NotEnforced]:
 def _first_line(message: str) -> str:
     """llguidance's message without its parser-state dump and location trailer, its quotes of
     the grammar cut to what is around the error (`_excerpts`)."""
-    head = message.strip().split("\n<state>")[0]
+    head = message.strip().split("\n<state>")[0].split("\n<backtrace>")[0]
     return "\n".join(_excerpts([ln for ln in head.splitlines()
                                 if not ln.strip().startswith("while processing")])).strip()
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 
+from ..errors import InvalidSchemaError
 from .schema_walk import subschemas
 
 _SINCE_2019 = frozenset({"$defs", "dependentRequired", "dependentSchemas", "prefixItems",
@@ -23,7 +24,12 @@ _SINCE_2019 = frozenset({"$defs", "dependentRequired", "dependentSchemas", "pref
 
 
 def dialect_of(schema: Any) -> type[Any]:
-    """The jsonschema validator class `schema` is read with."""
+    """The jsonschema validator class `schema` is read with. A `$schema` that is not a
+    string is an InvalidSchemaError (jsonschema would raise TypeError on it)."""
+    if isinstance(schema, dict) and "$schema" in schema \
+            and not isinstance(schema["$schema"], str):
+        raise InvalidSchemaError("$schema is a URI string naming the draft",
+                                 keyword="$schema", pointer="/$schema")
     if isinstance(schema, dict) and "$schema" not in schema and _draft7_words(schema):
         return jsonschema.Draft7Validator
     cls: type[Any] = jsonschema.validators.validator_for(

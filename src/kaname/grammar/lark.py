@@ -13,10 +13,14 @@ from typing import Any
 
 from ..errors import ConstraintError
 from .constraints import Choice, Constraint, JsonObject, JsonSchema, Lark, Regex, Text
+from .costs import cost_error, without_costly
 from .guards import Guards, apply_guards, escape_options, whitespace_options
+from .numbers import exact_numbers
 from .rewrite import rewrite_schema
 
 ANY_TEXT = "(?s:.*)"
+# the caps key under which guarded_json hands the compiler what a lenient compile left out
+NOT_ENFORCED = "kaname_not_enforced"
 
 # OpenAI's json_object: any JSON object. Its values are untyped, which the guards make
 # bounded any-values (guards.py), so json_object gets the number caps too.
@@ -38,6 +42,9 @@ def guarded_json(schema: Any, guards: Guards, *, strict: bool = True, rewrite: b
     so that every `%json` kaname writes says the same. A rewrite llguidance cannot build
     where the schema as it was builds (lenient, or a limit such as llguidance's intersection
     depth) is not made."""
+    # number keywords llguidance would not enforce as written: refused (strict) or left out
+    # and reported by the compiler (numbers.py)
+    schema = exact_numbers(schema, strict=strict)
     guarded = apply_guards(schema, guards)
     escapes, escape_at = escape_options(schema)
     options: dict[str, Any] = {**whitespace_options(guards), **escapes}
@@ -47,15 +54,32 @@ def guarded_json(schema: Any, guards: Guards, *, strict: bool = True, rewrite: b
     caps = dict(guarded.applied)
     if escape_at:
         caps["no_quote_or_backslash_escapes"] = {"at": escape_at}
+    # costs.py refuses what llguidance would build at a cost past its limits, before it is
+    # asked to build it (_builds too)
+    too_costly = cost_error(guarded.schema)
     rewritten = rewrite_schema(guarded.schema) if rewrite else None
     if rewritten is not None and rewritten.changed:
         better = _json_body(rewritten.schema, options)
-        if _builds(better) or not _builds(expr):
-            expr = better
+        better_costly = cost_error(rewritten.schema, named_in=guarded.schema)
+        if better_costly is None and (too_costly is not None or _builds(better)
+                                      or not _builds(expr)):
+            expr, too_costly = better, None
             if rewritten.unchecked_formats:
                 # enforced as their RFC / OpenAPI grammar, which the jsonschema post-check
                 # does not check: narrower than the post-check there
                 caps["formats_as_patterns"] = {"at": rewritten.unchecked_formats}
+        elif better_costly is not None and too_costly is None and not _builds(expr):
+            too_costly = better_costly  # what the schema needs, and cannot have
+    if too_costly is not None:
+        if strict:
+            raise too_costly
+        # lenient: what costs too much is left out, and reported (the compiler moves it from
+        # the caps to `not_enforced`); the post-check still holds the answer to it
+        lighter, dropped = without_costly(guarded.schema)
+        if not dropped:
+            raise too_costly  # (only the rewrite was too costly, and the schema does not build)
+        expr = _json_body(lighter, options)
+        caps[NOT_ENFORCED] = dropped
     if guards.separators is not None:
         caps["separators"] = {"value": list(guards.separators)}
         if guards.separator_space:

@@ -15,6 +15,10 @@ import llguidance as llg
 import numpy as np
 from numpy.typing import NDArray
 
+# Forced runs longer than this are kept between steps (Matcher.forced_bytes); shorter ones,
+# the keys and separators of everyday grammars, are asked of llguidance each time as before.
+LONG_FORCED = 4096
+
 
 class Matcher:
     """The state of one generation in one grammar.
@@ -24,14 +28,17 @@ class Matcher:
     trie (2.5-4 ms on Gemma's 262k vocabulary for chat text, where the slicer cannot apply),
     and every request starts in that state; a copy of the words costs µs."""
 
-    __slots__ = ("_depth", "_first", "_m", "_spellings")
+    __slots__ = ("_depth", "_first", "_forced", "_m", "_spellings")
 
     def __init__(self, matcher: llg.LLMatcher, first_mask: NDArray[np.int32] | None = None,
-                 spellings: Spellings | None = None):
+                 spellings: Spellings | None = None, *, forced: bytes | None = None):
         self._m = matcher
         self._first = first_mask
         self._spellings = spellings
         self._depth = 0  # tokens committed: the first mask holds at 0 only
+        # a long forced run and the depth it holds at (see forced_bytes); `forced`: the one
+        # before any token, where it is known
+        self._forced: tuple[int, bytes] | None = (0, forced) if forced else None
 
     @property
     def llg(self) -> llg.LLMatcher:
@@ -41,12 +48,20 @@ class Matcher:
     def copy(self) -> Matcher:
         twin = Matcher(self._m.deep_copy(), self._first, self._spellings)
         twin._depth = self._depth
+        twin._forced = self._forced
         return twin
 
     def accept_tokens(self, tokens: Sequence[int]) -> bool:
         """Commit `tokens`; False (and the matcher in error) where the grammar refuses one."""
         ok = bool(self._m.consume_tokens(list(tokens)))
+        forced, self._forced = self._forced, None
         if ok:
+            if forced is not None and forced[0] == self._depth and self._spellings:
+                # what is left of a long forced run once these tokens spelled its start
+                spelled = self._spellings.spelled(tokens)
+                if spelled is not None and len(spelled) < len(forced[1]) \
+                        and forced[1].startswith(spelled):
+                    self._forced = (self._depth + len(tokens), forced[1][len(spelled):])
             self._depth += len(tokens)
         else:
             self._first = None  # (in error: its state is llguidance's alone)
@@ -61,6 +76,7 @@ class Matcher:
         if n:
             self._m.rollback(n)
             self._depth -= n
+            self._forced = None
 
     def fill_mask(self, words: NDArray[np.int32]) -> None:
         """The allowed next tokens as a bitmask (bit i of word i // 32: token i): every token
@@ -97,8 +113,18 @@ class Matcher:
                 bits[token >> 5] |= np.uint32(1 << (token & 31))
 
     def forced_bytes(self) -> bytes:
-        """The bytes every continuation starts with (empty where the grammar has a choice)."""
-        return bytes(self._m.compute_ff_bytes())
+        """The bytes every continuation starts with (empty where the grammar has a choice).
+
+        llguidance computes them holding the GIL, in time that grows with their length (a
+        1 MB literal: 0.55 s a call, and the event loop frozen meanwhile, at every decoding
+        step). A run longer than LONG_FORCED is computed once: after tokens that spell its
+        start, the rest of it is still forced (every continuation began with all of it), so
+        it is what is kept, until it runs out or a rollback."""
+        if self._forced is not None and self._forced[0] == self._depth:
+            return self._forced[1]
+        forced = bytes(self._m.compute_ff_bytes())
+        self._forced = (self._depth, forced) if len(forced) > LONG_FORCED else None
+        return forced
 
     def forced_tokens(self) -> list[int]:
         """llguidance's tokenization of the forced bytes (boundary-safe, not canonical)."""
@@ -142,6 +168,12 @@ class Spellings:
         self._keys = np.array(keys, dtype=np.int64)[order]
         self._ids = np.array(ids, dtype=np.int32)[order]
         self._longest = longest
+
+    def spelled(self, tokens: Sequence[int]) -> bytes | None:
+        """The bytes `tokens` spell; None where one is a special token (a marker, not text)."""
+        if any(self._tok.is_special_token(t) for t in tokens):
+            return None
+        return bytes(self._tok.decode_bytes(list(tokens)))
 
     def prefixes_of(self, data: bytes) -> list[int]:
         """The tokens spelling data[:n] for some n >= 1, shortest first."""

@@ -43,6 +43,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -768,7 +769,8 @@ def _property_names(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
         del s["propertyNames"]
         ctx.applied("propertyNames that allows every name", f"{pointer}/propertyNames")
         return
-    allowed = {k: ctx.valid(k, names_schema) for k in props}
+    name_ok = _name_check(names_schema, ctx)
+    allowed = {k: name_ok(k) for k in props}
     if None in allowed.values():
         return
     kept = {k: (v if allowed[k] else False) for k, v in props.items()}
@@ -778,7 +780,7 @@ def _property_names(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
         if not isinstance(values, list):
             return
         names = [n for n in dict.fromkeys(v for v in values if isinstance(v, str))
-                 if ctx.valid(n, names_schema)]
+                 if name_ok(n)]
         extra = s.get("additionalProperties", True)
         listed = {**kept, **{n: copy.deepcopy(extra) for n in names if n not in kept}}
         if patterns:  # every allowed name is now a property: patterns meet it there
@@ -812,6 +814,23 @@ def _property_names(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     s["additionalProperties"] = False
     del s["propertyNames"]
     ctx.applied("propertyNames as the keys allowed", f"{pointer}/propertyNames")
+
+
+def _name_check(names_schema: Any, ctx: _Context) -> Callable[[str], bool | None]:
+    """Whether a name passes `names_schema`, as the post-check's validator says, in time
+    linear in the names checked: a name is looked up in an `enum` rather than validated
+    against it (jsonschema compares it with every member: 20,000 names against their own
+    enum took ~100 s here), and the rest of the schema is validated only where it says more
+    than annotations."""
+    if not isinstance(names_schema, dict) or "enum" not in names_schema \
+            or not isinstance(names_schema["enum"], list) or "$ref" in names_schema:
+        # (beside a $ref, drafts 4-7 ignore the enum: the validator knows which applies)
+        return lambda name: ctx.valid(name, names_schema)
+    members = {v for v in names_schema["enum"] if isinstance(v, str)}
+    rest = {k: v for k, v in names_schema.items() if k != "enum"}
+    if not set(rest) - _ANNOTATIONS:
+        return lambda name: name in members
+    return lambda name: name in members and ctx.valid(name, rest)
 
 
 def _all_of_schemas(parts: list[Any]) -> Any:
@@ -1069,6 +1088,10 @@ def _llguidance_proves_exclusive(branches: list[Any], ctx: _Context) -> bool:
 # --- 9. minProperties beside optional properties --------------------------------------------
 
 MAX_MIN_PROPERTIES_ALTERNATIVES = 64
+# Optional properties of which one must be present, as branches "the first one present is
+# p": 128 build in ~0.7 s; llguidance's own construction (and branches `required: [p]`) open
+# ~k² items at the `{`, past its max_items_in_row (2000) from ~36-44 (costs.py).
+MAX_FIRST_PRESENT = 128
 
 
 def _min_properties(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
@@ -1077,12 +1100,16 @@ def _min_properties(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
     properties are present.
 
     Exact: the required keys are always there, so K = N - len(required) more keys are
-    needed (none: minProperties asserts nothing and is dropped). With
-    `additionalProperties: false` those can only be optional properties: some K of them
-    present (one branch per choice). Otherwise, for K = 1: one optional property present,
-    or none and at least N keys (`properties: {o: false}` for each optional o lets
-    llguidance count them). Left as it is beside `maxProperties` or `patternProperties`,
-    for K > 1 on open objects, or above MAX_MIN_PROPERTIES_ALTERNATIVES branches."""
+    needed (none: minProperties asserts nothing and is dropped). For K = 1: one branch per
+    optional property p, "p is the first optional property present" (p required, those
+    before it `false`), and on open objects one more: none present and at least N keys
+    (`properties: {o: false}` for each optional o lets llguidance count them). With
+    `additionalProperties: false` and K > 1, only optional properties can make up the
+    count: some K of them present (one branch per choice). Left as it is beside
+    `maxProperties` or `patternProperties`, for K > 1 on open objects, above
+    MAX_FIRST_PRESENT optional properties for K = 1, or above
+    MAX_MIN_PROPERTIES_ALTERNATIVES branches for K > 1 (costs.py refuses what llguidance
+    could not build from what is left)."""
     least, props = _count(s.get("minProperties")), s.get("properties")
     required = s.get("required", [])
     if least is None or not isinstance(props, dict) or not isinstance(required, list) \
@@ -1097,17 +1124,24 @@ def _min_properties(s: dict[str, Any], pointer: str, ctx: _Context) -> None:
         del s["minProperties"]
         ctx.applied("minProperties met by required", f"{pointer}/minProperties")
         return
-    if s.get("additionalProperties") is False and set(required) <= set(props):
+    closed = s.get("additionalProperties") is False and set(required) <= set(props)
+    if needed == 1 and len(optional) <= MAX_FIRST_PRESENT:
+        # the first present: a key at the `{` is in one branch only, so the parser keeps
+        # ~k items open there rather than ~k² (all `required: [p]` branches admit p's
+        # predecessors first)
+        branches: list[Any] = [
+            {"required": [k], **({"properties": dict.fromkeys(optional[:i], False)}
+                                 if i else {})}
+            for i, k in enumerate(optional)]
+        if not closed:
+            branches.append({"properties": dict.fromkeys(optional, False),
+                             "minProperties": least})
+    elif closed:
         if math.comb(len(optional), needed) > MAX_MIN_PROPERTIES_ALTERNATIVES:
             return
-        branches: list[Any] = [{"required": list(c)}
-                               for c in itertools.combinations(optional, needed)]
+        branches = [{"required": list(c)} for c in itertools.combinations(optional, needed)]
         if not branches:  # too few keys for any object: only the other types pass
             branches = [{"type": _NOT_OBJECT}]
-    elif needed == 1 and len(optional) < MAX_MIN_PROPERTIES_ALTERNATIVES:
-        branches = [{"required": [k]} for k in optional]
-        branches.append({"properties": dict.fromkeys(optional, False),
-                         "minProperties": least})
     else:
         return
     del s["minProperties"]
