@@ -51,6 +51,10 @@ class ConstraintError(KanameError, ValueError):
                           pointer=pointer)
 
 
+# A client's JSON text (a past call's arguments) nested past what Python's parser reads.
+TOO_DEEP = "tool call arguments are nested too deeply to read (past Python's recursion limit)"
+
+
 class RequestError(KanameError, ValueError):
     """The request is malformed, or asks for something kaname cannot serve; `pointer` is
     where in the body that was sent. `code`: the wire code (invalid_request,

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, model_validator
 
 from ..chat import TurnResult
-from ..errors import RequestError
+from ..errors import TOO_DEEP, RequestError
 from ..formats import items
 from ..formats.request import ReasoningAsk, Tool, TurnRequest
 from .common import (
@@ -272,6 +272,8 @@ def _arguments(args: str | dict[str, Any], at: str) -> str:
         json.loads(args)
     except ValueError as e:
         raise RequestError(f"tool call arguments are not JSON: {e}", pointer=at) from None
+    except RecursionError:
+        raise RequestError(TOO_DEEP, pointer=at) from None
     return args
 
 

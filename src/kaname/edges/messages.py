@@ -452,10 +452,11 @@ def _signature(thinking: str) -> str:
 
 def _input(arguments: str) -> dict[str, Any]:
     """A call's arguments as tool_use.input; {} where they are not a JSON object (a call cut
-    off by max_tokens)."""
+    off by max_tokens), or are nested deeper than Python reads (a grammar that allows any
+    value bounds no depth; the call's post-check says it could not check them)."""
     try:
         value = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..chat import TurnResult
-from ..errors import RequestError
+from ..errors import TOO_DEEP, RequestError
 from ..formats import ParsedTurn, items
 from ..formats.items import CallDelta, Delta, TextDelta
 from ..formats.request import Ignored, Origins, ReasoningAsk, Tool, TurnRequest
@@ -473,6 +473,8 @@ def _call(item: Mapping[str, Any], at: str, *, custom: bool) -> items.ToolCall:
     except ValueError as e:
         raise _bad(f"a function call's arguments are not JSON: {e}", f"{at}/arguments") \
             from None
+    except RecursionError:
+        raise _bad(TOO_DEEP, f"{at}/arguments") from None
     return items.ToolCall(call_id, name, arguments, at, namespace=namespace)
 
 

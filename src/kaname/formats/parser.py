@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import FormatParseError
 from . import keyed
 from .items import CallDelta, Delta, TextDelta
+from .json_scan import scan_json
 from .request import CUSTOM_INPUT, Tool
 from .spec import ChatFormat, ToolCallSyntax
 
@@ -55,6 +56,8 @@ def custom_input(arguments: str) -> str:
     do not bind it)."""
     try:
         value = json.loads(arguments)
+    except RecursionError:  # nested too deeply to be {"input": "..."}
+        return arguments
     except ValueError:  # cut short: what was written of the input, if it is one
         if _INPUT_HEAD.match(arguments) or _could_become_head(arguments):
             return custom_input_prefix(arguments)
@@ -344,6 +347,11 @@ class _Scan:
             return json.JSONDecoder().raw_decode(rest, start)[1]
         except ValueError:
             return None if self.partial else 0
+        except RecursionError:  # nested deeper than json.loads reads
+            scanned = scan_json(rest, start)
+            if scanned is not None:
+                return scanned[0]
+            return None if self.partial else 0
 
     def _refuse_bare_calls(self, content: str) -> None:
         """A call written as bare JSON (Llama) inside text, or after another call, is a layout
@@ -452,6 +460,8 @@ class _Scan:
         start = self.pos
         try:
             value, end = json.JSONDecoder().raw_decode(self.text, self.pos)
+        except RecursionError:  # nested deeper than json.loads reads
+            return self._deep_bare_call(start)
         except json.JSONDecodeError:
             if self.partial:
                 self.pos = len(self.text)
@@ -464,6 +474,29 @@ class _Scan:
             return None
         args = json.dumps(value[key], ensure_ascii=False)
         self.turn.tool_calls.append(ToolCall(0, value[s.name_key], args, f"{self.id_prefix}0"))
+        return True
+
+    def _deep_bare_call(self, start: int) -> bool | None:
+        """`_bare_call` for an object nested deeper than json.loads reads: read by its head
+        (`{"<name_key>": NAME, "<args key>": `), the arguments kept as written."""
+        s = self.fmt.tool_calls
+        assert s is not None
+        keys = "|".join(re.escape(json.dumps(k)) for k in (s.args_key, "arguments", "parameters"))
+        head = re.compile(r'\{%s%s%s:%s("(?:[^"\\]|\\.)*")%s,%s(?:%s)%s:%s' % (  # noqa: UP031
+            _WS, re.escape(json.dumps(s.name_key)), _WS, _WS, _WS, _WS, keys, _WS, _WS))
+        m = head.match(self.text, start)
+        scanned = scan_json(self.text, m.end()) if m else None
+        end = re.compile(_WS + "}").match(self.text, scanned[0]) if scanned else None
+        if m is None or scanned is None or end is None:
+            if self.partial:
+                self.pos = len(self.text)
+                return False
+            self.pos = start
+            return None
+        self.pos = end.end()
+        args = self.text[m.end():scanned[0]]
+        self.turn.tool_calls.append(ToolCall(0, json.loads(m.group(1)), args,
+                                             f"{self.id_prefix}0"))
         return True
 
     def _calls(self) -> None:
@@ -703,8 +736,21 @@ class _Scan:
         return True
 
     def _json(self) -> tuple[Any, bool]:
+        """(the JSON value at pos, True) and pos past it; (None, False) while it is being
+        written. A value nested deeper than json.loads reads is read by `scan_json`, its value
+        TOO_DEEP."""
         try:
             value, end = json.JSONDecoder().raw_decode(self.text, self.pos)
+        except RecursionError:
+            scanned = scan_json(self.text, self.pos)
+            if scanned is not None:
+                self.pos = scanned[0]
+                return TOO_DEEP, True
+            if self.partial:
+                self.open_args = self.text[self.pos:]
+                self.pos = len(self.text)
+                return None, False
+            raise self.fail("invalid JSON") from None
         except json.JSONDecodeError:
             if self.partial:
                 self.open_args = self.text[self.pos:]
@@ -714,6 +760,10 @@ class _Scan:
         self.pos = end
         return value, True
 
+
+# The value `_Scan._json` gives for JSON nested deeper than json.loads reads (its text is
+# kept as written; only layouts that need the value itself refuse it)
+TOO_DEEP = object()
 
 _WS = r"[ \t\n\r]*"  # JSON whitespace: the grammar bounds it, the parser need not
 
@@ -765,7 +815,7 @@ def _object_text(value: Any) -> str | None:
     """The JSON text of the object a string holds, or None."""
     try:
         inner = json.loads(value) if isinstance(value, str) else None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
     return json.dumps(inner, ensure_ascii=False) if isinstance(inner, dict) else None
 
@@ -879,6 +929,8 @@ def _complete_json(text: str) -> bool:
         json.loads(text)
     except ValueError:
         return False
+    except RecursionError:
+        return scan_json(text) is not None
     return True
 
 

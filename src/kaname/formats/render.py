@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import ConstraintError
+from ..errors import TOO_DEEP, ConstraintError
 from . import keyed
 from .request import Tool
 from .spec import ChatFormat
@@ -52,6 +52,9 @@ def render_tool_calls(fmt: ChatFormat, calls: Sequence[Mapping[str, Any]],
         except json.JSONDecodeError as e:
             raise ConstraintError(f"tool call arguments are not JSON: {e}",
                                   pointer=f"{where}/tool_calls/{i}/function/arguments") from e
+        except RecursionError:
+            raise ConstraintError(TOO_DEEP, pointer=f"{where}/tool_calls/{i}/function/"
+                                                    "arguments") from None
         if s.layout == "json":
             body = json.dumps({s.name_key: name, s.args_key: args}, ensure_ascii=False)
         elif s.layout == "per_key":

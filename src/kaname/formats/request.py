@@ -9,12 +9,15 @@ what the client wrote without any table of pointer moves.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ConstraintError
+from ..errors import ConstraintError, InvalidSchemaError
 from ..grammar import Constraint, Lark, Regex, Text, from_response_format
+from ..grammar.complement import REF_OVERRIDES
+from ..grammar.dialect import dialect_of
 from .items import Item
 
 StrictLevel = Literal["full", "names", "off"]
@@ -50,6 +53,10 @@ class Tool:
     # the Responses API's namespace tools: the client's name of the group this function is
     # in; its calls carry it back
     namespace: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.parameters is not None and self.grammar is None:
+            object.__setattr__(self, "parameters", object_parameters(self.parameters))
 
     @property
     def custom(self) -> bool:
@@ -180,6 +187,12 @@ class TurnRequest:
             if name not in names:
                 raise ConstraintError(f"allowed_tools names unknown tool {name!r}",
                                       pointer=f"{o.allowed_tools}/{i}")
+        for i, t in enumerate(self.tools):
+            if t.parameters is not None and t.parameters.get("type") != "object":
+                raise InvalidSchemaError(
+                    f"tool {t.name!r}: a function's parameters are the schema of its arguments "
+                    f"object, \"type\": \"object\", not {json.dumps(t.parameters['type'])}",
+                    keyword="type", pointer=f"{t.schema_pointer(i)}/type")
         if self.max_reasoning_tokens is not None and self.max_reasoning_tokens < 1:
             raise ConstraintError("max_reasoning_tokens must be >= 1",
                                   pointer=o.max_reasoning_tokens)
@@ -205,6 +218,32 @@ class TurnRequest:
                 return self.tools
             return tuple(t for t in self.tools if t.name in self.allowed_tools)
         return tuple(t for t in self.tools if t.name == self.tool_choice)
+
+
+def object_parameters(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A function's parameters as OpenAI reads them, in every API: the schema of an object
+    (a call's arguments are a JSON object). `{}`, or `properties` without a type, is an object
+    schema: `"type": "object"` is added (seen: with `{}` the arguments came out `null`, `2`,
+    `[]` or a string, the last a 422 from the parser); a type list holding "object" is
+    narrowed to it. A type without "object" is left as it is, refused by TurnRequest.
+
+    In draft 4-7 a root `$ref` overrides its siblings, so there the type goes beside it in an
+    allOf (the siblings it overrode are dropped, as they meant nothing)."""
+    t = params.get("type")
+    if t == "object":
+        return params
+    if isinstance(t, list) and "object" in t:
+        return {**params, "type": "object"}
+    if t is not None:
+        return params
+    if "$ref" in params and dialect_of(params) in REF_OVERRIDES:
+        root = {k: v for k, v in params.items() if k in _ROOT_KEYWORDS}
+        return {**root, "type": "object", "allOf": [{"$ref": params["$ref"]}]}
+    return {"type": "object", **params}
+
+
+# what a root `$ref` does not override: the dialect, the base URI, the definitions, notes
+_ROOT_KEYWORDS = ("$schema", "$id", "id", "$defs", "definitions", "title", "description")
 
 
 def tools_from_openai(tools: Sequence[Mapping[str, Any]] | None) -> tuple[Tool, ...]:
