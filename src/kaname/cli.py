@@ -289,6 +289,8 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         if value is not None and value < (0 if name in ("max_queue", "compile_cache_mb")
                                           else 1):
             _fail(f"--{name.replace('_', '-')} is out of range")
+    if not args.read_timeout > 0:
+        _fail("--read-timeout must be above 0 seconds")
     return ServerConfig(
         model=args.model, format=args.format, host=args.host, port=args.port,
         api_key=args.api_key, upstream=args.upstream, upstream_model=args.upstream_model,
@@ -299,6 +301,7 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
         strict_level=args.strict_level, reasoning=args.reasoning, draft=not args.no_draft,
         max_concurrency=args.max_concurrency,
         max_queue=args.max_queue, request_timeout=args.request_timeout,
+        read_timeout=args.read_timeout,
         max_tokens_limit=args.max_tokens_limit, compile_cache_mb=args.compile_cache_mb,
         seed=args.seed or 0,
         guards=Guards(**{k: v for k, v in vars(args).items() if k in _GUARD_OPTIONS}),
@@ -317,7 +320,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"kaname: serving {config.model_id()} ({where}, format {config.format}{context}) on "
           f"http://{config.host}:{config.port}/v1", file=sys.stderr, flush=True)
     serve(app, host=config.host, port=config.port, log_level=args.log_level,
-          grace=args.graceful_shutdown)
+          grace=args.graceful_shutdown, read_timeout=config.read_timeout)
     return 0
 
 
@@ -624,6 +627,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--request-timeout", type=float, default=300.0,
                    help="seconds for one request from its arrival, preparing it (prompt, "
                         "grammar) and queueing included (504 after)")
+    s.add_argument("--read-timeout", type=float, default=30.0, metavar="S",
+                   help="seconds for a request's headers and body to arrive from its first "
+                        "byte; a slower client's connection is closed (a 408 where its "
+                        "headers are in)")
     s.add_argument("--max-tokens-limit", type=int, default=8192)
     s.add_argument("--compile-cache-mb", type=int, default=256, metavar="MB",
                    help="memory for compiled grammars (an LRU; each entry's size estimated "

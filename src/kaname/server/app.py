@@ -4,6 +4,7 @@ upstream server) and goes back through the format's parser, streamed or not."""
 
 from __future__ import annotations
 
+import hmac
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -31,7 +32,7 @@ from .calls import Call, budget, count, gen_params, generate_streamed, run_watch
 from .config import ServerConfig
 from .errors import APIError, api_error, shape_of
 from .lifecycle import Deadline, Lifecycle
-from .limits import BodyLimit, too_large
+from .limits import BODY_REFUSED, BodyLimit
 from .messages_api import add_messages_routes
 from .metrics import Metrics
 from .openapi import Health, ModelList, install, route_doc
@@ -52,7 +53,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     app = FastAPI(title="kaname", version="0.1.0", lifespan=lifespan,
                   description="Structured output by construction, OpenAI-compatible.")
     lifecycle = app.state.lifecycle = Lifecycle(config.request_timeout)
-    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes,
+                       read_timeout=config.read_timeout)
     created = int(time.time())
 
     @app.middleware("http")
@@ -79,8 +81,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     @app.exception_handler(RequestValidationError)
     async def on_validation_error(request: Request, e: RequestValidationError) -> JSONResponse:
         shape = shape_of(request.url.path)
-        if request.scope.get("kaname.body_too_large"):
-            return too_large(config.max_body_bytes).response(shape)
+        if (refused := request.scope.get(BODY_REFUSED)) is not None:  # limits.py's 408, 413
+            return refused.response(shape)
         errors = e.errors()
         first = errors[0] if errors else {}
         loc = list(first.get("loc", ()))
@@ -94,11 +96,11 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
         shape = shape_of(request.url.path)
-        if request.scope.get("kaname.body_too_large"):
-            return too_large(config.max_body_bytes).response(shape)
+        if (refused := request.scope.get(BODY_REFUSED)) is not None:  # limits.py's 408, 413
+            return refused.response(shape)
         status = e.status_code if e.status_code != 422 else 400
         return APIError(status, str(e.detail), code="invalid_request" if status == 400
-                        else None).response(shape)
+                        else None, headers=e.headers).response(shape)  # a 405's Allow
 
     @app.get("/health", **route_doc(Health, "health"))
     async def health() -> dict[str, str]:
@@ -206,9 +208,14 @@ def _prepare_completion(turns: Turns, req: CompletionRequest, deadline: Deadline
 
 
 def _authorized(request: Request, key: str) -> bool:
-    """OpenAI's bearer token, or Anthropic's x-api-key header."""
-    return (request.headers.get("authorization", "") == f"Bearer {key}"
-            or request.headers.get("x-api-key", "") == key)
+    """OpenAI's bearer token (the scheme in any case, RFC 9110), or Anthropic's x-api-key
+    header; compared in constant time."""
+    expected = key.encode()
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    bearer = scheme.lower() == "bearer" and hmac.compare_digest(
+        token.strip(" ").encode("latin-1"), expected)
+    return bearer or hmac.compare_digest(
+        request.headers.get("x-api-key", "").encode("latin-1"), expected)
 
 
 async def _stream_chat(turns: Turns, turn: Turn, reply: ChatReply, include_usage: bool

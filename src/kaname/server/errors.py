@@ -6,6 +6,7 @@ each API's shape to render them in, for plain and streamed answers alike: OpenAI
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from starlette.responses import JSONResponse
@@ -27,16 +28,17 @@ from ..errors import (
 
 log = logging.getLogger("kaname.server")
 
+# Each API's error type by status; a status neither names is a client's fault or the
+# server's by its class (`error_type`): a 405 is an invalid request, not a server error.
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           413: "invalid_request_error", 422: "invalid_response_error",
           429: "rate_limit_error", 502: "upstream_error", 503: "overloaded_error",
           504: "timeout_error"}
-
-
-# Anthropic's error types by status (its API answers 529 where OpenAI's answers 503)
+# Anthropic's (its API answers 529 where OpenAI's answers 503)
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                     403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                     429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error"}
+_SERVER_TYPES = {"openai": "server_error", "anthropic": "api_error"}
 
 Shape = Literal["openai", "anthropic", "responses"]
 
@@ -47,24 +49,37 @@ def shape_of(path: str) -> Shape:
     return "anthropic" if path.startswith("/v1/messages") else "openai"
 
 
+def error_type(status: int, api: Literal["openai", "anthropic"]) -> str:
+    """The `type` an error of `status` has in `api`'s shape: the API's own name for the
+    status, else a client error (4xx) is an invalid request and anything else the server's."""
+    named = (_ANTHROPIC_TYPES if api == "anthropic" else _TYPES).get(status)
+    if named is not None:
+        return named
+    return "invalid_request_error" if 400 <= status < 500 else _SERVER_TYPES[api]
+
+
 class APIError(KanameError):
     """An HTTP answer: the table's rendering of an exception, or one the server decides
-    itself (401, 413, 429, 504...). Never a 500 for anything the client sent."""
+    itself (401, 408, 413, 429, 504...). Never a 500 for anything the client sent.
+    `headers`: those the status calls for beyond the usual (a 405's `Allow`); `response` adds
+    `Retry-After` to a 429 / 503 and `Connection: close` to a 408."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, type: str | None = None):
+                 code: str | None = None, type: str | None = None,
+                 headers: Mapping[str, str] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
-        self.type = type or _TYPES.get(status, "server_error")
+        self.type = type or error_type(status, "openai")
+        self.headers = dict(headers or {})
 
     def body(self, shape: Shape = "openai") -> dict[str, Any]:
         if shape == "anthropic":
             # Anthropic's errors have no param field: the message names it
             return {"type": "error", "error": {
-                "type": _ANTHROPIC_TYPES.get(self.status, "api_error"),
+                "type": error_type(self.status, "anthropic"),
                 "message": self.message}}
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
@@ -77,7 +92,11 @@ class APIError(KanameError):
         return self.body(shape)
 
     def response(self, shape: Shape = "openai") -> JSONResponse:
-        headers = {"Retry-After": "1"} if self.status in (429, 503) else None
+        headers = dict(self.headers)
+        if self.status in (429, 503):
+            headers["Retry-After"] = "1"
+        if self.status == 408:  # the server stops waiting for this connection (RFC 9110)
+            headers["Connection"] = "close"
         return JSONResponse(self.body(shape), status_code=self.status, headers=headers)
 
 
@@ -130,9 +149,9 @@ def _render(e: KanameError, status: int, code: str) -> APIError:
         return APIError(status, str(e), param=e.param or "messages", code=code)
     if isinstance(e, UnknownModelError):
         return APIError(status, str(e), param="/model", code=code)
-    if isinstance(e, FormatParseError):  # only possible with strict_level "off"
-        return APIError(status, f"the model's turn does not follow its chat format "
-                                f"(strict_level off): {e}", code=code)
+    if isinstance(e, FormatParseError):  # expected with strict_level "off" only
+        return APIError(status, f"the model's turn does not follow its chat format: {e}",
+                        code=code)
     if isinstance(e, NotEnforcedError):
         return APIError(status, f"upstream did not enforce the grammar ({e}); is its "
                                 "structured-output backend llguidance? Set "

@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from starlette.types import Scope
 
 from .errors import APIError
+from .transport import read_deadline_protocol
 
 T = TypeVar("T")
 
@@ -183,10 +184,13 @@ class _Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def serve(app: FastAPI, *, host: str, port: int, log_level: str, grace: float) -> None:
+def serve(app: FastAPI, *, host: str, port: int, log_level: str, grace: float,
+          read_timeout: float = 30.0) -> None:
     """Run `app` (made by `create_app`) until SIGTERM / Ctrl-C, then drain it: waiting
-    requests answered 503, running ones given `grace` seconds."""
+    requests answered 503, running ones given `grace` seconds. A connection whose request
+    is not all in within `read_timeout` seconds is closed (transport.py)."""
     lifecycle: Lifecycle = app.state.lifecycle
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            http=read_deadline_protocol(read_timeout),
                             timeout_graceful_shutdown=math.ceil(grace + ANSWER_MARGIN))
     _Server(config, lifecycle, grace).run()

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response
@@ -39,24 +39,43 @@ from .sse import EventStream
 from .turn import Turn, Turns
 
 STORE_MAX_RESPONSES = 256
-STORE_MAX_BYTES = 64 * 1024 * 1024  # the JSON size of the stored conversations, summed
+STORE_MAX_BYTES = 64 * 1024 * 1024  # what the stored responses hold in memory, summed
 
 
 # ---- the store ------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(frozen=True)
 class Stored:
-    response: dict[str, Any]
-    # the conversation up to and including this response's output (instructions are not
-    # carried over, as in OpenAI's API); shares its items with the response it continues
-    chain: tuple[Located, ...]
-    size: int  # JSON bytes of the whole chain: a bound on what keeping it holds alive
+    """A stored response, kept as compact JSON bytes: as Python objects the same conversation
+    held ~10x its JSON size (110 responses of 0.68 MB took ~730 MB), so the bound counted
+    one thing and memory held another. Bytes are what they weigh."""
+
+    response_json: bytes
+    own_json: bytes  # the items this response added to the conversation: [[item, at], ...]
+    # the response it continues: kept alive by this one, so counted in its size
+    parent: Stored | None
+    size: int  # bytes held: this entry's JSON and its parents'
+
+    @property
+    def response(self) -> dict[str, Any]:
+        return cast(dict[str, Any], json.loads(self.response_json))
+
+    @property
+    def chain(self) -> tuple[Located, ...]:
+        """The conversation up to and including this response's output (instructions are
+        not carried over, as in OpenAI's API)."""
+        entries: list[Stored] = []
+        entry: Stored | None = self
+        while entry is not None:
+            entries.append(entry)
+            entry = entry.parent
+        return tuple((item, at) for e in reversed(entries) for item, at in json.loads(e.own_json))
 
 
 @dataclass
 class ResponseStore:
     """The last `max_responses` stored responses (least recently used goes first), within
-    `max_bytes` of conversation JSON, for the life of the process."""
+    `max_bytes` of what they hold in memory, for the life of the process."""
 
     max_responses: int = STORE_MAX_RESPONSES
     max_bytes: int = STORE_MAX_BYTES
@@ -71,12 +90,17 @@ class ResponseStore:
 
     def put(self, response: dict[str, Any], history: Sequence[Located],
             new: Sequence[Located], parent: Stored | None) -> None:
+        """Keep `response`, which continued `parent` (whose chain is `history`, or the
+        conversation `history` where there is no parent) with the input items `new`."""
         # a call cut short by max_output_tokens has no JSON arguments: continuing the
         # conversation leaves it out rather than failing on the server's own output
-        chain = (*history, *new, *((item, "/previous_response_id")
-                                   for item in response["output"] if _replayable(item)))
-        own = len(json.dumps([item for item, _ in new])) + len(json.dumps(response["output"]))
-        entry = Stored(response, chain, own + (parent.size if parent else 0))
+        own = (*(() if parent else history), *new,
+               *((item, "/previous_response_id") for item in response["output"]
+                 if _replayable(item)))
+        response_json = _compact(response)
+        own_json = _compact([[item, at] for item, at in own])
+        entry = Stored(response_json, own_json, parent,
+                       len(response_json) + len(own_json) + (parent.size if parent else 0))
         if entry.size > self.max_bytes:
             return  # too big to keep; continuing from it is then a 400, not a memory leak
         self._entries[response["id"]] = entry
@@ -92,12 +116,17 @@ class ResponseStore:
         return entry is not None
 
 
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass")
+
+
 def _replayable(item: Mapping[str, Any]) -> bool:
     if item.get("type") != "function_call":
         return True
     try:
         json.loads(item.get("arguments", ""))
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return True
 
@@ -146,11 +175,11 @@ def add_responses_routes(app: FastAPI, turns: Turns) -> None:
     @app.get("/v1/responses/{response_id}",
              **route_doc(ResponseObject, "stored_response", links="stored_response",
                          operation_id="get_response"))
-    async def get_response(response_id: str) -> dict[str, Any]:
+    async def get_response(response_id: str) -> Response:
         entry = store.get(response_id)
         if entry is None:
             raise _not_found(response_id)
-        return entry.response
+        return Response(entry.response_json, media_type="application/json")
 
     @app.delete("/v1/responses/{response_id}",
                 **route_doc(DeletedResponse, "stored_response",
