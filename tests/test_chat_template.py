@@ -14,6 +14,7 @@ from kaname.runtimes.synthetic import synthetic_tokenizer
 # Our own ChatML template (not a model's), enough to render the conversations below.
 CHATML = (
     "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tool role') }}"
+    "{% endif %}{% if 'forbidden' in m.content %}{{ raise_exception('no forbidden words') }}"
     "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
@@ -41,13 +42,18 @@ def test_chat_cli_with_a_template_file(tmp_path, capsys):
                  "--chat-template", str(template), "--max-tokens", "64", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["finish_reason"] in ("stop", "length")
-    bad = json.dumps([*MESSAGES, {"role": "tool", "tool_call_id": "x", "content": "1"}])
+    # a template that shows no tools leaves turns with tool history to the format's spec
+    tooled = json.dumps([*MESSAGES, {"role": "tool", "tool_call_id": "x", "content": "1"}])
+    assert main(["chat", "--model", "random", "--format", "qwen3", "--messages", tooled,
+                 "--chat-template", str(template), "--max-tokens", "8", "--json"]) == 0
+    capsys.readouterr()
+    bad = json.dumps([*MESSAGES, {"role": "user", "content": "a forbidden word"}])
     with pytest.raises(SystemExit) as e:
         main(["chat", "--model", "random", "--format", "qwen3", "--messages", bad,
               "--chat-template", str(template), "--json"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "no tool role" in err and err.count("\n") == 1
+    assert "no forbidden words" in err and err.count("\n") == 1
     with pytest.raises(SystemExit) as e:
         main(["chat", "--model", "random", "--messages", messages, "--chat-template",
               str(tmp_path / "missing.jinja")])
@@ -87,3 +93,16 @@ def test_hermes_jinja_template_writes_the_hermes_prompt(messages, tools):
     parsed = tools_from_openai(tools)
     assert render_template(template, messages, parsed) == \
         render_prompt(get_format("hermes"), messages, parsed)
+
+
+def test_a_template_without_tools_leaves_turns_with_tools_to_the_spec():
+    fmt = get_format("hermes")
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+    turn = prepare_turn(fmt, MESSAGES, tok, tools=HERMES_TOOLS, chat_template=CHATML)
+    assert turn.prompt == render_prompt(fmt, MESSAGES, tools_from_openai(HERMES_TOOLS))
+    assert "get_weather" in turn.prompt
+    [why] = [i for i in turn.ignored if i.pointer == "/tools"]
+    assert "chat template shows no tools" in why.reason
+    # without tools the model's own template renders the turn, and nothing is reported
+    plain = prepare_turn(fmt, MESSAGES, tok, chat_template=CHATML)
+    assert not any(i.pointer == "/tools" for i in plain.ignored)

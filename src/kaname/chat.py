@@ -29,6 +29,7 @@ from .formats import (
     parse_partial,
     render_prompt,
 )
+from .formats.detect import template_shows_tools
 from .formats.items import template_messages
 from .formats.render import turn_opening
 from .formats.request import Ignored, ReasoningMode, StrictLevel
@@ -174,6 +175,12 @@ def prepare(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     messages = template_messages(req.messages)
     if not messages:
         raise ConstraintError("give at least one message", pointer=req.origins.messages)
+    if chat_template is not None and _uses_tools(req, messages) \
+            and not template_shows_tools(chat_template):
+        # a template without tools (SmolLM2's ChatML) would hide them from the model
+        ignored = [*ignored, Ignored(req.origins.tools, f"the model's chat template shows no "
+                                     f"tools: this prompt is rendered by format {fmt.name}")]
+        chat_template = None
     if chat_template is not None:
         prompt = render_template(chat_template, messages, req.tools, bos_token=fmt.bos,
                                  eos_token=fmt.end_of_turn, enable_thinking=reasoning != "off")
@@ -189,6 +196,12 @@ def prepare(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     lark = build_grammar(fmt, req, tokenizer, guards=guards, checks=checks)
     return PreparedTurn(fmt, req, prompt, lark, checks, content_check, guards,
                         (*req.ignored, *ignored), content_skipped)
+
+
+def _uses_tools(req: TurnRequest, messages: Sequence[Mapping[str, Any]]) -> bool:
+    """The turn offers tools, or its history holds calls or their results."""
+    return bool(req.tools) or any(m.get("role") == "tool" or m.get("tool_calls")
+                                  for m in messages)
 
 
 def _check_content(compiler: GrammarCompiler | None, req: TurnRequest

