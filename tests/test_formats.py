@@ -757,3 +757,36 @@ def test_hermes_is_qwen3_without_reasoning():
     tok, _ = synthetic_tokenizer(get_format("hermes").special_tokens)
     with pytest.raises(ConstraintError, match="no reasoning block"):
         build_grammar(get_format("hermes"), TurnRequest(reasoning="required"), tok)
+
+
+def _calls_turn(fmt, req: TurnRequest, n: int) -> str:
+    calls = [{"id": f"functions.weather:{i}", "type": "function", "function": {  # Kimi's ids
+        "name": "weather", "arguments": json.dumps({"city": f"C{i}"})}} for i in range(n)]
+    return _model_turn(fmt, req, {"role": "assistant", "content": None, "tool_calls": calls})
+
+
+# (formats whose turns always open with reasoning write the same calls after it: qwen3's case)
+@pytest.mark.parametrize("name", [n for n, f in FORMATS.items() if f.tool_calls is not None
+                                  and f.tool_calls.parallel and not _always_reasons(f)])
+def test_parallel_calls_are_capped_by_the_guard(name):
+    """max_parallel_calls bounds a turn's calls in the grammar (a repeating base model stops
+    there, not at max_tokens); off, any number; one where parallel calls are not allowed."""
+    fmt = get_format(name)
+    tok, _ = synthetic_tokenizer(fmt.special_tokens)
+
+    def accepts(req: TurnRequest, n: int, guards: Guards) -> bool:
+        text = _calls_turn(fmt, req, n)
+        opening = req.opening_in(fmt)
+        lark = build_grammar(fmt, req, tok, guards=guards)
+        m = GrammarCompiler(tok).compile(Lark(lark)).new_matcher()
+        ids = tok.tokenize_str(text[len(opening):], parse_special=True)
+        return m.accept_tokens(ids) and m.is_accepting()
+
+    req = TurnRequest(tools=(WEATHER,), tool_choice="required", reasoning="off")
+    assert accepts(req, 3, Guards(max_parallel_calls=3))
+    assert not accepts(req, 4, Guards(max_parallel_calls=3))
+    assert accepts(req, 12, Guards(max_parallel_calls=None))
+    assert not accepts(req, 9, Guards())  # the default: 8
+    one = TurnRequest(tools=(WEATHER,), tool_choice="required", reasoning="off",
+                      parallel_tool_calls=False)
+    assert accepts(one, 1, Guards()) and not accepts(one, 2, Guards(max_parallel_calls=None))

@@ -215,6 +215,7 @@ class GuardsIn(BaseModel):
     max_string_length: int | None = Field(default=None, ge=1)
     max_array_items: int | None = Field(default=None, ge=1)
     max_depth: int | None = Field(default=None, ge=1, le=32)
+    max_parallel_calls: int | None = Field(default=None, ge=1, le=1024)
 
     @field_validator("separators")
     @classmethod

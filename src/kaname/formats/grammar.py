@@ -234,8 +234,9 @@ def _calls(b: _Builder, fmt: ChatFormat, req: TurnRequest, tools: tuple[Tool, ..
     # A named tool_choice forces exactly one call of that function (as OpenAI does): seen on
     # Gemma, a model allowed more repeats the forced call until max_tokens.
     named = req.tool_choice not in ("auto", "required", "none")
-    more = f"({_seq(b.lit(s.separator), call)})*" \
-        if req.parallel_tool_calls and s.parallel and not named else ""
+    cap = b.guards.max_parallel_calls
+    more = f"({_seq(b.lit(s.separator), call)})" + ("*" if cap is None else f"{{0,{cap - 1}}}") \
+        if req.parallel_tool_calls and s.parallel and not named and cap != 1 else ""
     rule = b.name("calls")
     b.rules.append(f"{rule}: {_seq(first, more, b.lit(s.section_end))}")
     return rule

@@ -50,6 +50,10 @@ class Guards:
         without the recursive branch), and an untyped value nests at most this many arrays /
         objects. Schemas whose recursion runs under `not` / `if` / `oneOf`, or through `#`,
         are left alone (cutting there could widen them).
+    max_parallel_calls: tool calls one turn may make where parallel calls are allowed (the
+        turn's grammar ends the calls there). A base model given tools can repeat one call
+        until max_tokens (303 identical calls in one Codex turn on the embedded model); real
+        agents' turns hold a handful (Claude Code batches a few reads), so 8.
     """
 
     separators: tuple[str, str] | None = (", ", ": ")
@@ -60,6 +64,7 @@ class Guards:
     max_string_length: int | None = None
     max_array_items: int | None = None
     max_depth: int | None = None
+    max_parallel_calls: int | None = 8
 
     def key(self) -> tuple[object, ...]:
         return (self.separators, self.max_whitespace, self.separator_space,
