@@ -93,12 +93,36 @@ def test_a_template_that_shows_tools_is_told():
     ("{% for m in messages %}{{ m.content }}\n{% endfor %}", "phi3",
      ["none of the markers", "--format", "qwen3_coder"]),
     ("<|im_start|>{{ '<｜tool▁calls▁begin｜>' }}```json", None, ["DeepSeek V3/R1"]),
+    ("{% if x %}{% endfor %}", None, ["cannot render prompts", "--chat-template spec"]),
 ])
 def test_unknown_templates_are_errors_naming_the_choices(template, arch, words):
     with pytest.raises(ModelError) as e:
         detect(template, arch)
     for w in words:
         assert w in str(e.value)
+
+
+# Families that share a marker with a kaname format but write calls (or turns) of their own,
+# as the survey of llama.cpp's models/templates found them: the marker alone must not decide.
+# Each line holds the markers the family's template writes, not the template itself.
+OWN_SYNTAX = {
+    "DeepSeek V3.2 / V4 (DSML)": "<｜Assistant｜><｜DSML｜function_calls><｜DSML｜invoke name=",
+    "Nemotron-Super v1.5": "<|start_header_id|>assistant<|end_header_id|><TOOLCALL>[",
+    "functionary v3.2": "<|start_header_id|>assistant<|end_header_id|>>>>all",
+    "LFM2": "<|im_start|>assistant\n<|tool_call_start|>[f(a=1)]<|tool_call_end|>",
+    "MiniCPM5": '<|im_start|>assistant\n<function name="f"><param name="a">',
+    "Phi-4": "<|im_start|>user<|im_sep|>hi<|im_end|>",
+    "Laguna": "<assistant><tool_call>f<arg_key>a</arg_key><arg_value>1</arg_value>",
+    "FunctionGemma": "<start_of_turn>model\n<start_function_call>call:f{a:1}",
+    "Llama 2": "[INST] hi [/INST]",
+}
+
+
+@pytest.mark.parametrize("family", sorted(OWN_SYNTAX))
+def test_families_with_a_call_syntax_of_their_own_are_refused(family):
+    with pytest.raises(ModelError) as e:
+        detect(OWN_SYNTAX[family], None)
+    assert "no kaname format" in str(e.value)
 
 
 def fake_gguf(path: Path, strings: dict[str, str]) -> Path:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelError
+from ..errors import ConstraintError, ModelError
 from .spec import ChatFormat
-from .template import gguf_strings, render_template
+from .template import check_template, gguf_strings, render_template
 
 _PROBE_TOOL = {"type": "function", "function": {
     "name": "kaname_probe_tool", "description": "probe",
@@ -59,6 +59,12 @@ def detect(template: str | None, architecture: str | None = None) -> Detection:
         raise ModelError(
             f"the GGUF has no chat template and its {arch} does not say which chat format "
             f"it speaks: give --format ({', '.join(formats)})")
+    try:
+        check_template(template)
+    except ConstraintError as e:  # every request would meet it: say so at start
+        raise ModelError(f"the GGUF's template cannot render prompts ({e}): give "
+                         "--chat-template spec (the format's own prompt) or a template file "
+                         "with --format") from e
     found = classify(template, _generation_prompt(template))
     if found is not None:
         name, why = found
@@ -116,12 +122,17 @@ def _harmony(t: str, _p: str) -> tuple[str, str] | None:
 
 
 def _deepseek(t: str, _p: str) -> tuple[str, str] | None:
-    # deepseek-ai/DeepSeek-V3.1 chat_template; V3 and R1 wrap arguments in ```json fences
+    # deepseek-ai/DeepSeek-V3.1 chat_template; V3 and R1 wrap arguments in ```json fences,
+    # V3.2 and V4 write DSML (<｜DSML｜invoke name=…>)
     if "<｜tool▁calls▁begin｜>" not in t and "<｜Assistant｜>" not in t:
         return None
+    if "｜DSML｜" in t:
+        return ("!", "writes DeepSeek V3.2+ DSML calls (<｜DSML｜invoke …>)")
     if "```json" in t:
         return ("!", "writes DeepSeek V3/R1 calls (<｜tool▁calls▁begin｜> with ```json "
                      "arguments)")
+    if "<｜tool▁sep｜>" not in t:
+        return ("!", "writes DeepSeek turns without V3.1's call markers (<｜tool▁sep｜>)")
     return ("deepseek_v31", "writes DeepSeek V3.1 markers (<｜tool▁calls▁begin｜>)")
 
 
@@ -136,6 +147,8 @@ def _glm(t: str, p: str) -> tuple[str, str] | None:
     # zai-org/GLM-4.5 / GLM-4.6 / GLM-4.7 chat_template: 4.7's prompt opens <think> itself
     if "<arg_key>" not in t:
         return None
+    if "<|assistant|>" not in t:  # poolside Laguna: per-key calls in turns of its own
+        return ("!", "writes per-key calls (<arg_key>) outside GLM's turns (<|assistant|>)")
     if p.rstrip().endswith(("<|assistant|><think>", "<|assistant|></think>")):
         return ("glm47", "writes GLM-4.7 per-key calls (<arg_key>, the prompt opens <think>)")
     return ("glm45", "writes GLM-4.5 per-key calls (<arg_key>)")
@@ -145,6 +158,8 @@ def _mistral(t: str, _p: str) -> tuple[str, str] | None:
     # mistralai/mistral-common template v13; v11 adds [CALL_ID], v3/v7 write a JSON list
     if "[TOOL_CALLS]" not in t and "[INST]" not in t:
         return None
+    if "[TOOL_CALLS]" not in t:  # Llama 2 / Mistral v1 turns: no tool syntax at all
+        return ("!", "writes [INST] turns without tool syntax")
     if "[CALL_ID]" in t or "[ARGS]" not in t:
         return ("!", "writes Mistral calls of a tokenizer before v13 ([TOOL_CALLS] without "
                      "[ARGS], or with [CALL_ID])")
@@ -152,10 +167,15 @@ def _mistral(t: str, _p: str) -> tuple[str, str] | None:
 
 
 def _llama(t: str, _p: str) -> tuple[str, str] | None:
-    # meta-llama/Llama-3.1-8B-Instruct chat_template (3.2 and 3.3 share the turns)
-    if "<|start_header_id|>" in t:
-        return ("llama31", "writes Llama 3 headers (<|start_header_id|>)")
-    return None
+    # meta-llama/Llama-3.1-8B-Instruct chat_template (3.2 and 3.3 share the turns); models
+    # built on Llama 3's turns with calls of their own: Nemotron-Super (<TOOLCALL>),
+    # functionary (<function=…>, >>>NAME), firefunction (functools[)
+    if "<|start_header_id|>" not in t:
+        return None
+    if any(m in t for m in ("<TOOLCALL>", "<function=", ">>>", "functools[")):
+        return ("!", "writes Llama 3 headers with a call syntax of its own (<TOOLCALL>, "
+                     "<function=…>, >>>NAME or functools[)")
+    return ("llama31", "writes Llama 3 headers (<|start_header_id|>)")
 
 
 def _plamo(t: str, _p: str) -> tuple[str, str] | None:
@@ -168,6 +188,9 @@ def _chatml(t: str, p: str) -> tuple[str, str] | None:
     # Qwen2.5 / Qwen3-2507 Instruct / Hermes (<tool_call> JSON), plain ChatML (SmolLM2)
     if "<|im_start|>" not in t:
         return None
+    own = [m for m in _OWN_CHATML_CALLS if m in t]
+    if own and "<function=" not in t:
+        return ("!", f"writes ChatML turns with calls or turns of its own ({own[0]})")
     if "<function=" in t:
         if "<think>" in t:
             return ("qwen35", "writes Qwen3.5 calls (<function=…>) and reasons (<think>)")
@@ -182,10 +205,20 @@ def _chatml(t: str, p: str) -> tuple[str, str] | None:
     return ("hermes", "writes ChatML turns (<|im_start|>) and no tool syntax")
 
 
+# ChatML models whose calls (or turns) are none of Qwen's: LFM2 (<|tool_call_start|>[f(a=1)]),
+# MiniCPM (<function name=…>), MiroThinker (<use_mcp_tool>), Phi-4 (<|im_sep|> turns)
+_OWN_CHATML_CALLS = ("<|tool_call_start|>", "<|tool_list_start|>", "List of tools: [",
+                     "<use_mcp_tool>", '<function name="', "<|im_sep|>")
+
+
 def _gemma(t: str, _p: str) -> tuple[str, str] | None:
-    # google/gemma-3 chat_template
-    return ("gemma3", "writes Gemma turns (<start_of_turn>)") if "<start_of_turn>" in t \
-        else None
+    # google/gemma-3 chat_template (Gemma 2's turns are the same); FunctionGemma calls
+    # <start_function_call>call:F{…}
+    if "<start_of_turn>" not in t:
+        return None
+    if "<start_function_call>" in t:
+        return ("!", "writes FunctionGemma calls (<start_function_call>)")
+    return ("gemma3", "writes Gemma turns (<start_of_turn>)")
 
 
 # Most specific first: Kimi's and Qwen's templates both write ChatML-like markers, GLM's a

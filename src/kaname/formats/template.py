@@ -44,9 +44,18 @@ def render_template(template: str, messages: Sequence[Mapping[str, Any]],
         return _compile(template).render(
             messages=msgs, tools=tool_defs, add_generation_prompt=add_generation_prompt,
             bos_token=bos_token, eos_token=eos_token, **kwargs)
-    except jinja2.TemplateError as e:
+    except (jinja2.TemplateError, TypeError, ValueError, AttributeError, KeyError,
+            IndexError) as e:
+        # a template's own failure on a conversation it was not written for (Hermes-2-Pro's
+        # iterates over `tools` without a check: TypeError with none) is the template's
+        # answer to this request, not a server error
         raise ConstraintError(f"the chat template refused the conversation: {e}",
                               pointer="/messages") from e
+
+
+def check_template(template: str) -> None:
+    """ConstraintError where `template` does not parse as Jinja."""
+    _compile(template)
 
 
 @functools.lru_cache(maxsize=16)
