@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kaname.server.backend import Progress
 from kaname.server.errors import APIError
 from kaname.server.lifecycle import ARRIVAL, Lifecycle
 
@@ -48,7 +49,9 @@ def test_the_first_of_result_deadline_and_shutdown_decides(work, timeout, drain_
             asyncio.get_running_loop().call_later(drain_after, life.drain, 0.0)
         start = asyncio.get_running_loop().time()
         try:
-            result = await getattr(deadline, phase)(job())
+            # a running generation that never moves: its idle time counts from its start
+            extra = (Progress(),) if phase == "running" else ()
+            result = await getattr(deadline, phase)(job(), *extra)
         except APIError as e:
             took = asyncio.get_running_loop().time() - start
             assert job.cancelled
@@ -84,7 +87,7 @@ def test_a_caller_that_goes_away_cancels_the_work():
     async def main() -> None:
         life = Lifecycle(10.0)
         job = Work(5.0)
-        task = asyncio.create_task(life.deadline({}).running(job()))
+        task = asyncio.create_task(life.deadline({}).running(job(), Progress()))
         await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -118,7 +121,7 @@ def test_work_is_cancelled_once_when_its_caller_goes_away_during_the_cleanup():
                 raise
             return "done"
 
-        task = asyncio.create_task(life.deadline({}).running(work()))
+        task = asyncio.create_task(life.deadline({}).running(work(), Progress()))
         while cancels == 0:  # the deadline passed: the work is cleaning up
             await asyncio.sleep(0.01)
         task.cancel()
@@ -164,6 +167,42 @@ def test_nothing_waits_once_draining():
             await life.deadline({}).queued(Work(0.0)())
         assert e.value.status == 503
         # a running generation still has its grace period
-        assert await life.deadline({}).running(Work(0.01)()) == "done"
+        assert await life.deadline({}).running(Work(0.01)(), Progress()) == "done"
+
+    asyncio.run(main())
+
+
+def test_a_running_generation_is_cut_only_after_the_timeout_without_progress():
+    """While it runs, --request-timeout counts from its last progress (a model step), not
+    from its arrival: a generation that keeps moving outlives the timeout many times over, and
+    one that stops moving is cut the timeout after its last step."""
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        life = Lifecycle(0.3)
+        progress = Progress()
+
+        async def steady(steps: int, every: float) -> str:
+            for _ in range(steps):
+                await asyncio.sleep(every)
+                progress.touch()
+            return "done"
+
+        t0 = loop.time()
+        assert await life.deadline({}).running(steady(12, 0.1), progress) == "done"
+        assert loop.time() - t0 > 3 * 0.3  # 1.2 s of steps under a 0.3 s timeout
+
+        async def stalls() -> str:
+            await steady(5, 0.1)  # moves for 0.5 s, then stops
+            await asyncio.sleep(10)
+            return "never"
+
+        progress.touch()
+        t0 = loop.time()
+        with pytest.raises(APIError) as e:
+            await life.deadline({}).running(stalls(), progress)
+        took = loop.time() - t0
+        assert e.value.status == 504 and e.value.code == "timeout"
+        assert "no progress" in e.value.message
+        assert 0.5 + 0.3 - 0.05 < took < 0.5 + 0.3 + 0.5, took
 
     asyncio.run(main())

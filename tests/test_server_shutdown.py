@@ -1,4 +1,4 @@
-"""SIGTERM loses nothing, and `--request-timeout` counts from a request's arrival.
+"""SIGTERM loses nothing, and `--request-timeout` bounds waiting and time without progress.
 
 A server with one generation slot (`--max-concurrency 1`), on the random model slowed to STEP
 seconds a token (tests/slowserve.py), runs one request while seven wait. On SIGTERM every
@@ -235,15 +235,17 @@ def test_a_non_streamed_request_outliving_the_grace_period_gets_a_503():
     assert 2 <= exited < 10, exited
 
 
-# ---- --request-timeout from arrival ---------------------------------------------------------
+# ---- --request-timeout: waiting from arrival, then time without progress ---------------------
 
 TIMEOUT = 4.0
 
 
-def test_a_queued_stream_times_out_on_time():
-    """A stream that waits for the slot gets its 504 before the 200 when the deadline passes
-    while it waits, and an error event in the stream when it passes after the 200: either
-    way `--request-timeout` seconds after it arrived, not after it started."""
+def test_a_queued_stream_times_out_on_time_and_a_running_one_only_when_stalled():
+    """A stream that waits for the slot gets its 504 before the 200 `--request-timeout`
+    seconds after it arrived; a generation that goes that long without a step (a prefill
+    longer than it) gets its 504 then. A generation that keeps making progress is never cut:
+    it runs past the timeout to its own end (an agent's turn reading a long prompt, then
+    writing a long answer)."""
     with SlowServer("--request-timeout", str(TIMEOUT)) as server:
         # the slot is held past the deadline (a prefill longer than it: the holder is
         # answered 504 on time, but its slot is free only after its first token), so the
@@ -265,8 +267,8 @@ def test_a_queued_stream_times_out_on_time():
         wait_for("the slot is free", lambda: metric(server.url,
                                                     "kaname_active_generations") == 0)
 
-        # the slot is held for about half the deadline: the stream starts, then times out
-        # TIMEOUT after its arrival (it used to get a whole TIMEOUT more once it started)
+        # the slot is held for about half the deadline: the stream starts, then runs for
+        # twice the timeout (a token every STEP seconds) and ends on its own, not cut
         holder = Outcome("chat", False)
         t = threading.Thread(target=send, args=(server.url, "chat",
                                                 body("chat", False, long=True, max_tokens=50),
@@ -275,9 +277,9 @@ def test_a_queued_stream_times_out_on_time():
         wait_for("the holder runs", lambda: metric(server.url,
                                                    "kaname_active_generations") == 1)
         waiting = Outcome("chat", True)
-        send(server.url, "chat", body("chat", True, long=True), waiting)
+        tokens = int(2 * TIMEOUT / STEP)
+        send(server.url, "chat", body("chat", True, long=True, max_tokens=tokens), waiting)
         t.join(timeout=30)
         assert holder.kind() == "answer", holder
-        assert waiting.status == 200 and waiting.kind() == "error", waiting
-        assert waiting.error()["code"] == "timeout", waiting
-        assert TIMEOUT - 0.5 < waiting.ended - waiting.started < TIMEOUT + 1.5, waiting
+        assert waiting.status == 200 and waiting.kind() == "answer", waiting
+        assert waiting.ended - waiting.started > TIMEOUT + 1.5, waiting

@@ -343,8 +343,10 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
 @_exit_codes
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import build_app, serve
+    from .server.access_log import configure
 
     config = _server_config(args)
+    configure(args.log_format)
     app = build_app(config, _runtime_for_format)
     config = app.state.config
     where = f"upstream {config.upstream}" if config.upstream else f"model {config.model}"
@@ -693,7 +695,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "requests are answered 503 at once); those still running then end "
                         "with a 503, or an error event where the stream had begun")
     s.add_argument("--seed", type=int, default=None, help="seed of the random test models")
-    s.add_argument("--log-level", default="warning")
+    s.add_argument("--log-level", default="warning",
+                   help="uvicorn's log level (kaname's own request lines are written at any)")
+    s.add_argument("--log-format", choices=("text", "json"), default="text",
+                   help="one line per request on stderr: text, or one JSON object a line")
     s.set_defaults(func=cmd_serve)
 
     f = sub.add_parser("formats", help="list the chat formats")

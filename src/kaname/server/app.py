@@ -26,6 +26,7 @@ from ..edges.chat import ChatCompletion, ChatCompletionRequest, ChatReply
 from ..edges.common import error_pointer
 from ..edges.completions import Completion, CompletionRequest
 from ..errors import ConstraintError, KanameError
+from .access_log import AccessLog
 from .backend import Backend
 from .bodies import read_body
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching, usage
@@ -41,6 +42,9 @@ from .sse import EventStream
 from .turn import Turn, Turns
 
 UNMATCHED = "unmatched"  # the endpoint label of every path no route serves
+# answered without the API key: they say only that the server is up (Claude Code probes
+# HEAD /api/hello at start, without its key)
+_OPEN_PATHS = frozenset({"/health", "/api/hello"})
 
 
 def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> FastAPI:
@@ -62,7 +66,8 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
         lifecycle.arrived(request.scope)
         path = request.url.path
         endpoint = endpoint_label(app.router.routes, request.scope)
-        if config.api_key and path != "/health" and not _authorized(request, config.api_key):
+        if config.api_key and path not in _OPEN_PATHS \
+                and not _authorized(request, config.api_key):
             response: Response = APIError(401, "invalid or missing API key",
                                           code="invalid_api_key").response(shape_of(path))
             metrics.requests.labels(endpoint, "401").inc()
@@ -104,6 +109,10 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
 
     @app.get("/health", **route_doc(Health, "health"))
     async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.api_route("/api/hello", methods=["GET", "HEAD"], include_in_schema=False)
+    async def hello() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/v1/models", **route_doc(ModelList, "server"))
@@ -164,6 +173,7 @@ def create_app(config: ServerConfig, backend: Backend, metrics: Metrics) -> Fast
             "kaname": {**ext, "enforced": gen.outside_grammar is None}})
 
     install(app)
+    app.add_middleware(AccessLog)  # added last: outermost, it sees every answer and its end
     return app
 
 

@@ -7,6 +7,7 @@ backend is made; `generate` takes only what a request decides.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -33,6 +34,25 @@ class GenParams:
     draft: bool = True  # local models: drafts the model verifies (upstreams decide their own)
 
 
+class Progress:
+    """When a running generation last moved: a model step that carried it (a chunk of its
+    prompt read, or tokens), or an upstream's chunk. `--request-timeout` counts from there
+    while it runs, so a long prompt being read or a long answer being written is never cut
+    (lifecycle.py's `Deadline.running`). Touched from any thread."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = time.monotonic()
+
+    def touch(self) -> None:
+        self.at = time.monotonic()
+
+    def idle(self) -> float:
+        """Seconds since it last moved."""
+        return time.monotonic() - self.at
+
+
 class Backend(Protocol):
     model_id: str
     tokenizer: llg.LLTokenizer  # the vocabulary grammars are compiled for
@@ -52,10 +72,11 @@ class Backend(Protocol):
         ...
 
     async def generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
-                       sink: TextSink | None = None, *, slot: Slot | None = None
-                       ) -> Generation:
-        """Text in the language of `compiled`, streamed to `sink` as it is validated; a
-        cancelled call stops its generation at the next token and frees its slot."""
+                       sink: TextSink | None = None, *, slot: Slot | None = None,
+                       progress: Progress | None = None) -> Generation:
+        """Text in the language of `compiled`, streamed to `sink` as it is validated, touching
+        `progress` as it moves; a cancelled call stops its generation at the next token and
+        frees its slot. It has no deadline of its own: the caller's decides."""
         ...
 
     async def aclose(self) -> None: ...

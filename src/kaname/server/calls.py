@@ -4,6 +4,7 @@ budget, sampling parameters, watching the client, streaming, counting."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -14,8 +15,9 @@ from ..edges.common import draft_counts
 from ..errors import NotEnforcedError
 from ..formats.request import Sampling
 from ..grammar import CompiledConstraint
+from . import access_log
 from .admission import Slot, token_budget
-from .backend import Backend, GenParams, TextSink
+from .backend import Backend, GenParams, Progress, TextSink
 from .errors import APIError
 from .lifecycle import Deadline
 from .metrics import Metrics
@@ -39,16 +41,39 @@ class Call:
         return self.slot
 
     async def run(self, sink: Any) -> Generation:
+        record = access_log.current()
+        if record is not None:
+            record.model = self.backend.model_id
+            sink = _first_token_noted(record, sink)
         try:
             slot = await self.admit()
+            progress = Progress()
             gen = await self.deadline.running(self.backend.generate(
-                self.prompt, self.compiled, self.params, sink, slot=slot))
+                self.prompt, self.compiled, self.params, sink, slot=slot, progress=progress),
+                progress)
         finally:
             if self.slot is not None and not self.slot.taken:  # no generation ever took it
                 self.slot.release()
+        if record is not None:
+            u = gen.usage
+            record.prompt_tokens, record.completion_tokens = u.prompt_tokens, u.completion_tokens
+            record.draft_tokens, record.draft_accepted = u.draft_tokens, u.draft_accepted
+            record.finish_reason = gen.finish_reason
         if gen.outside_grammar is not None and not self.allow_unenforced:
             raise NotEnforcedError(gen.outside_grammar)
         return gen
+
+
+def _first_token_noted(record: access_log.RequestRecord, sink: TextSink | None) -> TextSink:
+    """`sink`, noting when the first text came (the sink is called on the event loop, outside
+    the request's context: the record is held here)."""
+    def noted(text: str, ids: list[int]) -> None:
+        if record.first_token is None:
+            record.first_token = time.monotonic()
+        if sink is not None:
+            sink(text, ids)
+
+    return noted
 
 
 async def run_watching(request: Request, call: Call, sink: TextSink | None = None

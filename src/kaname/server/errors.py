@@ -25,6 +25,7 @@ from ..errors import (
     UnknownModelError,
     UnsupportedSchemaError,
 )
+from .access_log import note_error
 
 log = logging.getLogger("kaname.server")
 
@@ -92,6 +93,7 @@ class APIError(KanameError):
         return self.body(shape)
 
     def response(self, shape: Shape = "openai") -> JSONResponse:
+        note_error(self.code or self.type)
         headers = dict(self.headers)
         if self.status in (429, 503):
             headers["Retry-After"] = "1"

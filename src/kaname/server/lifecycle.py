@@ -1,5 +1,10 @@
-"""How long a request may wait and run: its deadline, `--request-timeout` seconds from its
-arrival whether it is streamed or not, and the server's shutdown.
+"""How long a request may wait and run, and the server's shutdown.
+
+`--request-timeout` bounds time without progress: a request's preparing and its wait for a
+generation slot together (from its arrival), then, while it runs, each stretch without a step
+of its generation (a chunk of its prompt read, a token, an upstream's chunk). A long prompt
+being read or a long answer being written is progress, never cut: an agent's 12k-token prompt
+takes minutes to read on a busy 2-core machine, and its answer is bounded by max_tokens.
 
 On SIGTERM (or Ctrl-C) the server stops accepting connections and drains: requests waiting for
 a generation slot are answered 503 at once (so that their clients can go elsewhere), running
@@ -24,6 +29,7 @@ import uvicorn
 from fastapi import FastAPI
 from starlette.types import Scope
 
+from .backend import Progress
 from .errors import APIError
 from .transport import read_deadline_protocol
 
@@ -126,19 +132,29 @@ class Deadline:
             504, f"timed out after {life.request_timeout:g} s waiting for a generation slot",
             code="timeout"), lost)
 
-    async def running(self, generation: Awaitable[T]) -> T:
-        """`generation`, within the deadline and the grace period of a shutdown."""
+    async def running(self, generation: Awaitable[T], progress: Progress) -> T:
+        """`generation`, until it goes the request timeout without `progress`, and within
+        the grace period of a shutdown."""
         life = self.lifecycle
         return await self._until(generation, life.stopped, lambda: APIError(
             503, f"server shutting down: the generation did not finish within the "
                  f"{life.grace:g} s grace period; retry", code="shutting_down"),
-            lambda: APIError(504, f"generation timed out after {life.request_timeout:g} s",
-                             code="timeout"))
+            lambda: APIError(504, f"the generation made no progress for "
+                                  f"{life.request_timeout:g} s (--request-timeout)",
+                             code="timeout"), progress=progress)
+
+    def _wait(self, progress: Progress | None) -> float:
+        """Seconds until the work is late, as things stand."""
+        if progress is None:
+            return self.left()
+        return max(0.0, self.lifecycle.request_timeout - progress.idle())
 
     async def _until(self, work: Awaitable[T], flag: _Flag,
                      stopped: Callable[[], APIError], late: Callable[[], APIError],
-                     lost: Callable[[T], None] | None = None) -> T:
-        """`work`'s result, or `stopped()` once `flag` is set, or `late()` at the deadline;
+                     lost: Callable[[T], None] | None = None,
+                     progress: Progress | None = None) -> T:
+        """`work`'s result, or `stopped()` once `flag` is set, or `late()` at the deadline
+        (with `progress`: once it goes the request timeout without);
         `work` is cancelled when it loses (a generation then stops at its next token), and
         when this is (the client went away): once, so that its cleanup runs to the end; a
         result it gives all the same then goes to `lost`. Nothing starts once `flag` is
@@ -152,8 +168,11 @@ class Deadline:
         either: set[asyncio.Future[Any]] = {task, waiter}
         cancelled = False
         try:
-            done, _ = await asyncio.wait(either, timeout=self.left(),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                done, _ = await asyncio.wait(either, timeout=self._wait(progress),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if done or self._wait(progress) <= 0:
+                    break
             if not task.done():
                 task.cancel()
                 cancelled = True

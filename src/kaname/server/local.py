@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import threading
-import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -22,7 +21,7 @@ from ..engine import Engine
 from ..grammar import CompiledConstraint, GrammarCompiler
 from ..runtimes.base import BatchRuntime
 from .admission import Admission, Slot
-from .backend import GenParams, TextSink
+from .backend import GenParams, Progress, TextSink
 from .errors import APIError
 from .metrics import Metrics
 from .scheduler import Cancelled, Scheduler
@@ -71,9 +70,8 @@ class LocalBackend:
         return await self._admission.acquire(self.request_timeout)
 
     async def generate(self, prompt: str, compiled: CompiledConstraint, params: GenParams,
-                       sink: TextSink | None = None, *, slot: Slot | None = None
-                       ) -> Generation:
-        deadline = time.monotonic() + self.request_timeout
+                       sink: TextSink | None = None, *, slot: Slot | None = None,
+                       progress: Progress | None = None) -> Generation:
         slot = slot or await self.admit()
         slot.taken = True
         loop = asyncio.get_running_loop()
@@ -87,8 +85,8 @@ class LocalBackend:
             raise
         stream = _TextStream(self.tokenizer, params.stop, sink, loop)
 
-        def stopped() -> bool:
-            return cancel.is_set() or time.monotonic() > deadline
+        def stopped() -> bool:  # the caller's deadline cancels it (Deadline.running)
+            return cancel.is_set()
 
         def on_tokens(ids: list[int]) -> None:
             if stopped():
@@ -106,7 +104,8 @@ class LocalBackend:
             self._running.discard(cancel)
             slot.release()
 
-        cfut = self.scheduler.submit(make, tokens, stopped, budget=params.max_tokens)
+        cfut = self.scheduler.submit(make, tokens, stopped, budget=params.max_tokens,
+                                     moved=progress.touch if progress is not None else None)
         cfut.add_done_callback(lambda f: loop.call_soon_threadsafe(done, f))
         try:
             wrapped = asyncio.wrap_future(cfut)
@@ -117,9 +116,9 @@ class LocalBackend:
         except asyncio.CancelledError:
             cancel.set()
             raise
-        except (_Stop, Cancelled):
-            raise APIError(504, f"generation timed out after {self.request_timeout:.0f} s",
-                           code="timeout") from None
+        except (_Stop, Cancelled):  # stopped for its caller, or the server shut down
+            raise APIError(503, "the generation was stopped: the server is shutting down",
+                           code="shutting_down") from None
         stream.flush(result.text)
         self.metrics.observe_constraint_ns(result.constraint_ns)
         u = result.usage

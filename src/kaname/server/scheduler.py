@@ -44,6 +44,7 @@ class _Seq:
     prompt: list[int]
     stopped: Callable[[], bool]
     need: int = 0  # cells it may take: its prompt and its budget
+    moved: Callable[[], None] | None = None  # told of each step that carried it
     future: Future[Generation] = field(default_factory=Future)
     slot: int = -1
     steps: Steps | None = None
@@ -82,14 +83,15 @@ class Scheduler:
         self._thread.start()
 
     def submit(self, make: MakeSteps, prompt: list[int],
-               stopped: Callable[[], bool] = lambda: False, *, budget: int = 0
-               ) -> Future[Generation]:
+               stopped: Callable[[], bool] = lambda: False, *, budget: int = 0,
+               moved: Callable[[], None] | None = None) -> Future[Generation]:
         """Queue a generation; it joins the batch at the next step boundary with a free
         slot, and, where the batch's cache is bounded, room for its prompt and `budget`
         (its max_tokens). `stopped()` is asked every step: True ends it with `Cancelled` (a
-        long prompt's prefill included, which calls no token callback). The future holds the
+        long prompt's prefill included, which calls no token callback). `moved()` hears of
+        each step that carried it (a chunk of its prompt, or tokens). The future holds the
         Generation, or the exception its loop raised."""
-        seq = _Seq(make, prompt, stopped, len(prompt) + budget)
+        seq = _Seq(make, prompt, stopped, len(prompt) + budget, moved)
         with self._cond:
             if self._closed:
                 seq.future.set_exception(Cancelled("the server is shutting down"))
@@ -208,6 +210,9 @@ class Scheduler:
         self.max_running = max(self.max_running, len(live))
         if self._on_step is not None:
             self._on_step(len(live))
+        for seq in live:
+            if seq.moved is not None:
+                seq.moved()
         ready = [(seq, r) for seq, r in zip(live, rows, strict=True) if r is not None]
         if self._pool is not None and len(ready) > 1:
             # this thread takes a share too; _send keeps every error to its own sequence

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import anyio
 from starlette.responses import StreamingResponse
 
+from .access_log import note_cancelled, note_error
 from .admission import Slot
 from .errors import api_error
 
@@ -46,6 +47,7 @@ async def framed(events: AsyncGenerator[dict[str, Any], None], dialect: Dialect 
                 yield event(obj, obj.get("type") if named else None)
     except Exception as e:  # headers are sent: the error goes in the stream
         err = api_error(e)
+        note_error(err.code or err.type)
         if dialect == "anthropic":
             yield event(err.body("anthropic"), "error")
         elif dialect == "responses":
@@ -65,14 +67,22 @@ class EventStream(StreamingResponse):
     def __init__(self, events: AsyncGenerator[dict[str, Any], None], slot: Slot,
                  dialect: Dialect = "openai"):
         self._lines = framed(events, dialect)
-        super().__init__(self._lines, media_type="text/event-stream",
+        self._sent_all = False
+        super().__init__(self._until_the_end(), media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache"})
         self._slot = slot
+
+    async def _until_the_end(self) -> AsyncGenerator[str, None]:
+        async for line in self._lines:
+            yield line
+        self._sent_all = True
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
+            if not self._sent_all:  # the client went away (or the server stopped) first
+                note_cancelled()
             with anyio.CancelScope(shield=True):
                 await self._lines.aclose()
             if not self._slot.taken:

@@ -24,6 +24,7 @@ from ..formats import ParsedTurn
 from ..formats.items import CallDelta, Delta, TextDelta
 from ..formats.request import TurnRequest
 from ..grammar import Lark, Text
+from . import access_log
 from .admission import Slot
 from .backend import Backend
 from .calls import Call, budget, count, gen_params, generate_streamed, run_watching
@@ -199,6 +200,8 @@ class Turns:
     def _result(self, turn: Turn, gen: Generation, parsed: ParsedTurn, finish: str,
                 cut: bool = False) -> TurnResult:
         ended = cast(Finish, finish)
+        if (record := access_log.current()) is not None:
+            record.finish_reason = ended  # the API's ("tool_calls"), not the generation's
         served = turn.call.params.max_tokens
         report = turn.prepared.report(
             parsed, ended, enforced=gen.outside_grammar is None,
