@@ -99,7 +99,8 @@ def test_a_model_that_always_reasons_cannot_be_switched_off():
 def test_a_jinja_prompt_that_opens_the_block_is_detected():
     """A model's own template (here one whose generation prompt ends in "<think>\\n", as
     Qwen3-2507 Thinking's does) used with the plain qwen3 format."""
-    template = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    template = ("{% if tools %}<|im_start|>system\n{{ tools | tojson }}<|im_end|>\n{% endif %}"
+                "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n"
                 "{% endif %}")
     fmt, tok, _, compiler, turn = _prepared("qwen3", "on", chat_template=template)

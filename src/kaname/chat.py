@@ -175,8 +175,7 @@ def prepare(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     messages = template_messages(req.messages)
     if not messages:
         raise ConstraintError("give at least one message", pointer=req.origins.messages)
-    if chat_template is not None and _uses_tools(req, messages) \
-            and not template_shows_tools(chat_template):
+    if chat_template is not None and req.tools and not template_shows_tools(chat_template):
         # a template without tools (SmolLM2's ChatML) would hide them from the model
         ignored = [*ignored, Ignored(req.origins.tools, f"the model's chat template shows no "
                                      f"tools: this prompt is rendered by format {fmt.name}")]
@@ -196,12 +195,6 @@ def prepare(fmt: ChatFormat, req: TurnRequest, tokenizer: llg.LLTokenizer,
     lark = build_grammar(fmt, req, tokenizer, guards=guards, checks=checks)
     return PreparedTurn(fmt, req, prompt, lark, checks, content_check, guards,
                         (*req.ignored, *ignored), content_skipped)
-
-
-def _uses_tools(req: TurnRequest, messages: Sequence[Mapping[str, Any]]) -> bool:
-    """The turn offers tools, or its history holds calls or their results."""
-    return bool(req.tools) or any(m.get("role") == "tool" or m.get("tool_calls")
-                                  for m in messages)
 
 
 def _check_content(compiler: GrammarCompiler | None, req: TurnRequest
