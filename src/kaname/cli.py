@@ -421,6 +421,14 @@ def cmd_bench_serve(args: argparse.Namespace) -> int:
 
 
 @_exit_codes
+def cmd_bench_prefill(args: argparse.Namespace) -> int:
+    from .bench import prefill_bench
+
+    return prefill_bench.main(quick=args.quick, as_json=args.json,
+                              request=Path(args.request) if args.request else None)
+
+
+@_exit_codes
 def cmd_bench_e2e(args: argparse.Namespace) -> int:
     from .bench import e2e
 
@@ -734,6 +742,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "Messages), optionally beside vLLM CPU")
     _bench_serve_arguments(bsv)
     bsv.set_defaults(func=cmd_bench_serve)
+    bpf = bs.add_parser("prefill", help="a coding agent's 12k-token prompt read by kaname serve "
+                        "(cold, a retry, the next turn; alone and beside 7 streams) beside "
+                        "llama-cpp-python reading as many tokens")
+    bpf.add_argument("--quick", action="store_true",
+                     help="the request without its system prompt and tools (smoke run)")
+    bpf.add_argument("--json", action="store_true", help="print one JSON object")
+    bpf.add_argument("--request", metavar="FILE.json",
+                     help="a recorded Messages request (default: Claude Code's first, "
+                          "tests/data/agent_requests)")
+    bpf.set_defaults(func=cmd_bench_prefill)
     bee = bs.add_parser("e2e", help="end to end on the embedded model: kaname vs llama.cpp "
                         "grammar, xgrammar, outlines, unconstrained (tok/s, validity, TTFT)")
     _bench_e2e_arguments(bee)
