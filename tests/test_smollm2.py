@@ -14,7 +14,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from serverproc import ServerProcess
+from serverproc import ROOT, ServerProcess
 
 from kaname.runtimes.models import smollm2_gguf
 
@@ -97,17 +97,20 @@ def test_messages_tool_use_is_valid(server):
     jsonschema.validate(use.input, WEATHER)
 
 
-def test_json_schema_extraction(server):
-    # the README's company request, sent to SmolLM2
-    r = httpx.post(f"{server.url}/v1/chat/completions", timeout=120, json={
-        "model": MODEL, "temperature": 0,
-        "messages": [{"role": "user", "content": "Hoshizora Books was founded in 2011 in "
-                                                 "Yokohama. Extract the company."}],
-        "response_format": {"type": "json_schema", "json_schema": {
-            "name": "company", "strict": True, "schema": COMPANY}}})
+def test_the_readmes_company_curl_answers_what_the_readme_says(server):
+    """The README's company request, with SmolLM2's model name, as its SmolLM2 paragraph says."""
+    readme = (ROOT / "README.md").read_text()
+    curl = readme[readme.index("curl -s http://127.0.0.1:8000/v1/chat/completions"):]
+    body = json.loads(curl[curl.index("-d '") + 4:curl.index("}'\n") + 1])
+    marker = '"model": "SmolLM2-135M-Instruct.Q4_1"`, answers\n`'
+    said = readme[readme.index(marker) + len(marker):]
+    said = json.loads(said[:said.index("`")])
+    r = httpx.post(f"{server.url}/v1/chat/completions", timeout=120,
+                   json={**body, "model": MODEL})
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
     assert choice["finish_reason"] == "stop", choice
     company = json.loads(choice["message"]["content"])
     jsonschema.validate(company, COMPANY)
+    assert company == said
     assert r.json()["kaname"]["content_valid"] is True
