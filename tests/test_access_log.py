@@ -63,6 +63,7 @@ def test_each_request_leaves_one_line_with_its_figures(app, caplog):
         assert 0 <= f["ttft_s"] <= f["total_s"]
     assert lines[0][1]["completion_tokens"] == usage["completion_tokens"]
     assert lines[2][1]["error"] == bad.json()["error"]["code"]
+    assert lines[2][1]["error_param"] == bad.json()["error"]["param"] is not None
     assert lines[3][1]["error"] == "invalid_api_key"
     assert all(f["model"] is None for _, f in lines[2:])  # nothing was generated
 

@@ -51,6 +51,7 @@ class RequestRecord:
     first_token: float | None = None  # time.monotonic() of the first generated text
     finish_reason: str | None = None
     error: str | None = None  # the error's code (or type), also for one sent in a stream
+    error_param: str | None = None  # the request field it names, where it names one
     cancelled: bool = False  # the response never finished: the client went away
 
     def fields(self, now: float) -> dict[str, Any]:
@@ -62,7 +63,8 @@ class RequestRecord:
                                "draft_accepted": self.draft_accepted,
                                "ttft_s": _seconds(self.first_token, self.started),
                                "total_s": round(now - self.started, 3),
-                               "finish_reason": self.finish_reason, "error": self.error}
+                               "finish_reason": self.finish_reason, "error": self.error,
+                               "error_param": self.error_param}
         if self.cancelled:
             out["cancelled"] = True
         return out
@@ -85,10 +87,11 @@ def current() -> RequestRecord | None:
     return _record.get()
 
 
-def note_error(code: str | None) -> None:
-    """An error answered (or sent in a stream) for the current request."""
+def note_error(code: str | None, param: str | None = None) -> None:
+    """An error answered (or sent in a stream) for the current request, and the request field
+    it names."""
     if (r := _record.get()) is not None and r.error is None:
-        r.error = code
+        r.error, r.error_param = code, param
 
 
 def note_cancelled() -> None:
@@ -116,6 +119,8 @@ def text_line(f: dict[str, Any]) -> str:
         parts.append(f"finish={f['finish_reason']}")
     if f["error"] is not None:
         parts.append(f"error={f['error']}")
+    if f["error_param"] is not None:
+        parts.append(f"param={f['error_param']}")
     return " ".join(parts)
 
 

@@ -93,7 +93,7 @@ class APIError(KanameError):
         return self.body(shape)
 
     def response(self, shape: Shape = "openai") -> JSONResponse:
-        note_error(self.code or self.type)
+        note_error(self.code or self.type, self.param)
         headers = dict(self.headers)
         if self.status in (429, 503):
             headers["Retry-After"] = "1"

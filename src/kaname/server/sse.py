@@ -47,7 +47,7 @@ async def framed(events: AsyncGenerator[dict[str, Any], None], dialect: Dialect 
                 yield event(obj, obj.get("type") if named else None)
     except Exception as e:  # headers are sent: the error goes in the stream
         err = api_error(e)
-        note_error(err.code or err.type)
+        note_error(err.code or err.type, err.param)
         if dialect == "anthropic":
             yield event(err.body("anthropic"), "error")
         elif dialect == "responses":
