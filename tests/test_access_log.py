@@ -101,19 +101,26 @@ def test_json_lines_and_warnings_for_timeouts_and_cancels():
         stalled = httpx.post(server.url + CHAT, timeout=60, json=_body(
             messages=[{"role": "user", "content": SLOW_PREFILL}]))
         assert stalled.status_code == 504
+        # the same stall after a Responses stream's 200: its error goes in the stream
+        with httpx.stream("POST", server.url + "/v1/responses", timeout=60, json={
+                "model": "random", "input": SLOW_PREFILL, "stream": True,
+                "max_output_tokens": 12}) as s:
+            assert s.status_code == 200
+            assert "response.failed" in "".join(s.iter_lines())
         # a stream the client leaves after its first event (the generation would take ~50 s)
         with httpx.stream("POST", server.url + CHAT, timeout=60,
                           json=_body(stream=True, max_tokens=1000)) as s:
             next(s.iter_lines())
         deadline = time.monotonic() + 30
-        while len(_json_lines(server)) < 3 and time.monotonic() < deadline:
+        while len(_json_lines(server)) < 4 and time.monotonic() < deadline:
             time.sleep(0.2)
         lines = _json_lines(server)
     assert [(ln["status"], ln["level"]) for ln in lines] == [
-        (200, "info"), (504, "warning"), (200, "warning")], lines
+        (200, "info"), (504, "warning"), (200, "warning"), (200, "warning")], lines
     assert lines[0]["completion_tokens"] >= 1 and lines[0]["finish_reason"] is not None
     assert lines[1]["error"] == "timeout" and lines[1]["total_s"] >= 2
-    assert lines[2]["cancelled"] is True and lines[2]["finish_reason"] is None
+    assert lines[2]["path"] == "/v1/responses" and lines[2]["error"] == "timeout"
+    assert lines[3]["cancelled"] is True and lines[3]["finish_reason"] is None
     assert all(isinstance(ln["time"], float) for ln in lines)
 
 
@@ -125,3 +132,31 @@ def test_text_lines_at_the_default_log_level():
     [line] = [ln for ln in log.splitlines() if CHAT in ln]
     assert line.startswith(f"kaname: POST {CHAT} 200 model=random prompt=")
     assert " finish=" in line and " total=" in line
+
+
+def test_an_error_before_any_answer_is_a_500_line_not_a_cancel(caplog):
+    """Starlette's own handler answers an exception that escapes the app 500: the line says
+    so, rather than blaming the client."""
+    import asyncio
+
+    from kaname.server.access_log import AccessLog
+
+    async def broken(scope, receive, send):
+        raise RuntimeError("a bug")
+
+    async def main() -> None:
+        async def receive():
+            return {"type": "http.request", "body": b""}
+
+        async def send(message):
+            pass
+
+        with pytest.raises(RuntimeError):
+            await AccessLog(broken)({"type": "http", "method": "GET", "path": "/x"},
+                                    receive, send)
+
+    caplog.set_level(logging.INFO, logger="kaname.requests")
+    asyncio.run(main())
+    [(level, f)] = _lines(caplog)
+    assert (f["status"], f["error"], level) == (500, "internal_error", logging.WARNING)
+    assert "cancelled" not in f

@@ -159,3 +159,11 @@ def test_a_format_given_against_the_template_is_warned_of(tmp_path):
     p = _kaname("chat", "--model", str(gguf), "--format", "gemma3", "--messages",
                 '[{"role": "user", "content": "hi"}]')
     assert "warning: --format gemma3" in p.stderr and "format hermes" in p.stderr, p.stderr
+
+
+def test_an_upstream_without_a_format_is_not_read_from_the_local_gguf():
+    from kaname.cli import _chat_format
+
+    name, why = _chat_format("default", None, upstream=True)
+    assert name == "gemma3" and "--upstream" in why and "--format" in why
+    assert _chat_format("default", "hermes", upstream=True) == ("hermes", "--format")

@@ -790,3 +790,5 @@ def test_parallel_calls_are_capped_by_the_guard(name):
     one = TurnRequest(tools=(WEATHER,), tool_choice="required", reasoning="off",
                       parallel_tool_calls=False)
     assert accepts(one, 1, Guards()) and not accepts(one, 2, Guards(max_parallel_calls=None))
+    with pytest.raises(ValueError, match="max_parallel_calls"):
+        Guards(max_parallel_calls=0)

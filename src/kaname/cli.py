@@ -185,7 +185,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _chat_format(model: str, given: str | None) -> tuple[str, str]:
+def _chat_format(model: str, given: str | None, *, upstream: bool = False) -> tuple[str, str]:
     """The chat format to serve `model` in, and why: `--format` where given (with a warning
     where the GGUF's template says otherwise), else the format the GGUF calls for (its chat
     template, or its architecture); the test models speak gemma3 unless told. A GGUF
@@ -195,6 +195,10 @@ def _chat_format(model: str, given: str | None) -> tuple[str, str]:
     from .runtimes.models import default_model_path
 
     fmt = get_format(given) if given else None  # an unknown name fails first
+    if upstream and not model.endswith(".gguf"):  # the upstream's model is not here to read
+        if fmt is not None:
+            return fmt.name, "--format"
+        return "gemma3", "the default with --upstream (give --format for the upstream's model)"
     gguf = str(default_model_path()) if model == "default" else model
     if not gguf.endswith(".gguf"):
         if fmt is not None:
@@ -311,7 +315,7 @@ def _server_config(args: argparse.Namespace) -> ServerConfig:
     from .server import ServerConfig
 
     # an unknown format, or a GGUF whose format cannot be told, fails here with exit code 2
-    fmt, why = _chat_format(args.model, args.format)
+    fmt, why = _chat_format(args.model, args.format, upstream=bool(args.upstream))
     if args.tokenizer and not args.upstream:
         _fail("--tokenizer is for --upstream mode; a local model brings its own vocabulary")
     if args.upstream and not args.upstream.startswith(("http://", "https://")):
@@ -670,8 +674,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-queue", type=int, default=64,
                    help="requests waiting beyond those; more are answered 429")
     s.add_argument("--request-timeout", type=float, default=300.0,
-                   help="seconds for one request from its arrival, preparing it (prompt, "
-                        "grammar) and queueing included (504 after)")
+                   help="seconds a request may go without progress (504 after): preparing "
+                        "and queueing from its arrival, then each stretch of its generation "
+                        "without a model step (a prompt chunk read, or tokens)")
     s.add_argument("--read-timeout", type=float, default=30.0, metavar="S",
                    help="seconds for a request's headers and body to arrive from its first "
                         "byte; a slower client's connection is closed (a 408 where its "

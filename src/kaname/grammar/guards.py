@@ -66,6 +66,10 @@ class Guards:
     max_depth: int | None = None
     max_parallel_calls: int | None = 8
 
+    def __post_init__(self) -> None:
+        if self.max_parallel_calls is not None and self.max_parallel_calls < 1:
+            raise ValueError("max_parallel_calls must be at least 1 (None: no cap)")
+
     def key(self) -> tuple[object, ...]:
         return (self.separators, self.max_whitespace, self.separator_space,
                 self.max_integer_digits, self.max_fraction_digits, self.max_string_length,

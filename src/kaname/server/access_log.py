@@ -1,6 +1,7 @@
 """One log line per request, at the default log level: what was asked, what came of it.
 
-`AccessLog` is the outermost ASGI middleware: it opens a `RequestRecord` for each HTTP request
+`AccessLog` is the outermost of the app's middleware (inside only Starlette's own error
+handler): it opens a `RequestRecord` for each HTTP request
 (a context variable, so the code that serves the request fills it in wherever it runs: the
 generation's usage and finish reason in `calls.py` and `turn.py`, an error's code where it is
 rendered) and writes the line when the response's last byte is sent, or when the request ends
@@ -29,7 +30,8 @@ _record: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
     "kaname_request_record", default=None)
 
 # error codes that say the request did not run to its end (a warning, like a 5xx)
-_CUT = frozenset({"timeout", "upstream_timeout", "client_closed", "shutting_down"})
+_CUT = frozenset({"timeout", "upstream_timeout", "client_closed", "shutting_down",
+                  "read_timeout"})
 # probes (a load balancer's every few seconds, Prometheus' scrapes): a line each only at the
 # debug level, unless they fail
 _PROBES = frozenset({"/health", "/metrics", "/api/hello"})
@@ -171,6 +173,11 @@ class AccessLog:
 
         try:
             await self.app(scope, receive, sending)
+        except Exception:
+            if record.status is None:  # Starlette's outer handler answers it 500
+                record.status, finished = 500, True
+                record.error = record.error or "internal_error"
+            raise
         finally:
             _record.reset(token)
             record.cancelled = record.cancelled or not finished

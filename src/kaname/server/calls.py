@@ -44,7 +44,8 @@ class Call:
         record = access_log.current()
         if record is not None:
             record.model = self.backend.model_id
-            sink = _first_token_noted(record, sink)
+            if sink is not None:  # a stream's (a non-streamed call stays without one)
+                sink = _first_token_noted(record, sink)
         try:
             slot = await self.admit()
             progress = Progress()
@@ -64,14 +65,13 @@ class Call:
         return gen
 
 
-def _first_token_noted(record: access_log.RequestRecord, sink: TextSink | None) -> TextSink:
+def _first_token_noted(record: access_log.RequestRecord, sink: TextSink) -> TextSink:
     """`sink`, noting when the first text came (the sink is called on the event loop, outside
     the request's context: the record is held here)."""
     def noted(text: str, ids: list[int]) -> None:
         if record.first_token is None:
             record.first_token = time.monotonic()
-        if sink is not None:
-            sink(text, ids)
+        sink(text, ids)
 
     return noted
 

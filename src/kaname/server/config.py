@@ -30,7 +30,7 @@ class ServerConfig:
     # flight (default 64: the upstream batches them)
     max_concurrency: int | None = None
     max_queue: int = 64             # requests waiting beyond those; more get 429
-    request_timeout: float = 300.0  # seconds for one request, queueing included
+    request_timeout: float = 300.0  # seconds without progress (lifecycle.py)
     # seconds for a request's headers and body to arrive (a slow client: closed, or 408)
     read_timeout: float = 30.0
     max_body_bytes: int = 4 * 1024 * 1024

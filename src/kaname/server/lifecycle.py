@@ -98,8 +98,9 @@ class Lifecycle:
 
 @dataclass(frozen=True)
 class Deadline:
-    """One request's bound: a 504 when the event loop's clock passes `at`, a 503 when the
-    server shuts down."""
+    """One request's bound: a 504 when the event loop's clock passes `at` while it is
+    prepared or waits, or when its running generation goes the request timeout without
+    progress; a 503 when the server shuts down."""
 
     lifecycle: Lifecycle
     at: float

@@ -32,6 +32,7 @@ from ..edges.responses import (
     input_items,
 )
 from ..errors import RequestError
+from .access_log import note_error
 from .bodies import read_body
 from .errors import APIError, api_error
 from .openapi import route_doc
@@ -225,6 +226,7 @@ async def _stream(turns: Turns, turn: Turn, ctx: Context, store: ResponseStore,
             yield numbered(event)
     except Exception as e:  # the 200 is sent: the error goes in the stream
         err = api_error(e)
+        note_error(err.code or err.type, err.param)
         yield numbered({"type": "response.failed", "response": ctx.response(
             "failed", output.items, error={"code": err.code or err.type,
                                            "message": err.message})})

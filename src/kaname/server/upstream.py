@@ -129,7 +129,6 @@ class UpstreamBackend:
             if r.status_code != 200:
                 raise _upstream_refusal(r.status_code, await r.aread())
             async for data in _sse_data(r):
-                progress.touch()
                 if data == "[DONE]":
                     break
                 try:
@@ -151,8 +150,9 @@ class UpstreamBackend:
                 if "error" in event:
                     raise APIError(502, f"upstream error: {str(event['error'])[:300]}",
                                    code="upstream_error")
-                if not chunk and not ids:
+                if not chunk and not ids:  # empty events (heartbeats) are not progress
                     continue
+                progress.touch()
                 text += chunk
                 if unenforced is None:
                     try:
