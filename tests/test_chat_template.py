@@ -42,20 +42,16 @@ def test_chat_cli_with_a_template_file(tmp_path, capsys):
                  "--chat-template", str(template), "--max-tokens", "64", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["finish_reason"] in ("stop", "length")
-    bad = json.dumps([*MESSAGES, {"role": "tool", "tool_call_id": "x", "content": "1"}])
-    with pytest.raises(SystemExit) as e:
-        main(["chat", "--model", "random", "--format", "qwen3", "--messages", bad,
-              "--chat-template", str(template), "--json"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "no tool role" in err and err.count("\n") == 1
-    bad = json.dumps([*MESSAGES, {"role": "user", "content": "a forbidden word"}])
-    with pytest.raises(SystemExit) as e:
-        main(["chat", "--model", "random", "--format", "qwen3", "--messages", bad,
-              "--chat-template", str(template), "--json"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "no forbidden words" in err and err.count("\n") == 1
+    for extra, refusal in (({"role": "tool", "tool_call_id": "x", "content": "1"}, "no tool role"),
+                           ({"role": "user", "content": "a forbidden word"},
+                            "no forbidden words")):
+        bad = json.dumps([*MESSAGES, extra])
+        with pytest.raises(SystemExit) as e:
+            main(["chat", "--model", "random", "--format", "qwen3", "--messages", bad,
+                  "--chat-template", str(template), "--json"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert refusal in err and err.count("\n") == 1
     with pytest.raises(SystemExit) as e:
         main(["chat", "--model", "random", "--messages", messages, "--chat-template",
               str(tmp_path / "missing.jinja")])

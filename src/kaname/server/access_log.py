@@ -181,5 +181,7 @@ class AccessLog:
         finally:
             _record.reset(token)
             record.cancelled = record.cancelled or not finished
-            fields = record.fields(time.monotonic())
-            log.log(record.level, "%s", text_line(fields), extra={"request": fields})
+            level = record.level
+            if log.isEnabledFor(level):  # /health every few seconds builds no line unshown
+                fields = record.fields(time.monotonic())
+                log.log(level, "%s", text_line(fields), extra={"request": fields})

@@ -85,8 +85,7 @@ class LocalBackend:
             raise
         stream = _TextStream(self.tokenizer, params.stop, sink, loop)
 
-        def stopped() -> bool:  # the caller's deadline cancels it (Deadline.running)
-            return cancel.is_set()
+        stopped = cancel.is_set  # set when the caller's deadline cancels it (Deadline.running)
 
         def on_tokens(ids: list[int]) -> None:
             if stopped():
